@@ -1,0 +1,90 @@
+"""The Backend protocol and the objects it exchanges: Capabilities, Problem, Job, Report (DESIGN §7)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from agentbridge.spec.models import Spec
+
+
+@dataclass
+class Capabilities:
+    """What a backend can run with agentbridge's driver inside it."""
+
+    algorithms: list[str]
+    multimodal: bool = False
+    tool_images: bool = False
+    max_turns: int | None = None
+    async_rollout: bool = False
+    scale_out: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Problem:
+    """One thing wrong, as one line: ``where: what``."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+@dataclass
+class Report:
+    ok: bool
+    problems: list[Problem] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    """A compiled, self-contained job directory."""
+
+    backend: str
+    path: Path
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Job:
+        path = Path(path)
+        manifest = json.loads((path / "manifest.json").read_text())
+        return cls(backend=manifest["backend"], path=path, manifest=manifest)
+
+    def write_manifest(self) -> None:
+        (self.path / "manifest.json").write_text(json.dumps(self.manifest, indent=2, default=str) + "\n")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    def capabilities(self) -> Capabilities: ...
+
+    def check(self, spec: Spec) -> list[Problem]: ...
+
+    def compile(self, spec: Spec, out: Path) -> Job: ...
+
+    def validate(self, job: Job) -> Report: ...
+
+    def launch(self, job: Job, runner: Any) -> Any: ...
+
+
+def algorithm_problem(spec: Spec, backend: str, capabilities: Capabilities,
+                      others: dict[str, Capabilities]) -> Problem | None:
+    """A capability error for an algorithm this backend lacks, naming the backends that have it."""
+    algo = spec.algorithm.name
+    if algo in capabilities.algorithms:
+        return None
+    can = sorted(name for name, caps in others.items() if algo in caps.algorithms and name != backend)
+    hint = f"; backends that can: {', '.join(can)}" if can else ""
+    return Problem("algorithm.name", f"{backend} cannot run '{algo}' (it runs {', '.join(capabilities.algorithms)})"
+                   f"{hint}")
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return asdict(obj)

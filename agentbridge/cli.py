@@ -1,0 +1,192 @@
+"""The ``agentbridge`` command line (DESIGN §9). Importing it loads neither torch nor any backend."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agentbridge.spec import Spec, SpecError, json_schema, load_spec
+
+USER_ERRORS: tuple[type[Exception], ...] = (SpecError, ValueError, FileNotFoundError)
+
+
+def _fail(message: str) -> None:
+    for line in message.splitlines() or [message]:
+        click.echo(f"error: {line}", err=True)
+    sys.exit(1)
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a problem the user caused into one line per problem and exit status 1 (no traceback)."""
+
+    @wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as e:
+            _fail(str(e))
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+    return run
+
+
+def set_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                        help="Override a spec field, e.g. --set algorithm.lr=1e-5 (repeatable).")(fn)
+
+
+def _spec(path: str, sets: tuple[str, ...]) -> Spec:
+    return load_spec(path, list(sets))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="agentbridge")
+def main() -> None:
+    """One agent spec, any RL backend: train the same agent on veRL, OpenRLHF or TRL."""
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON Schema of the spec."""
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+@main.command()
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--backend", default=None, help="Also run this backend's capability check.")
+@set_option
+@user_errors
+def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None:
+    """Check SPEC, resolve every id against the registries, and check the backend's capabilities."""
+    from agentbridge.plugins import get_plugins
+    from agentbridge.rollout.agent import check_ids
+
+    spec = _spec(spec_path, sets)
+    plugins = get_plugins()
+    problems = [f"{spec_path}: {p}" for p in check_ids(spec, plugins)]
+    name = backend or spec.backend.name
+    if name in plugins.backends:
+        problems += [f"{spec_path}: {p}" for p in plugins.backends.get(name).check(spec)]
+    elif backend:
+        problems.append(f"--backend: {plugins.backends.unknown(name)} (installed: "
+                        f"{', '.join(plugins.backends.ids()) or 'none'})")
+    for err in plugins.errors:
+        click.echo(f"warning: {err}", err=True)
+    if problems:
+        _fail("\n".join(problems))
+    checked = f"backend {name}" if name in plugins.backends else f"no backend check ({name} is not installed)"
+    click.echo(f"ok: {spec_path} ({spec.name}; {checked})")
+
+
+@main.command()
+@user_errors
+def plugins() -> None:
+    """List plugins, their distribution and version, and what each registered."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentbridge.plugins import get_plugins
+
+    pm = get_plugins()
+    table = Table("plugin", "distribution", "version", "registered")
+    for info in pm.info():
+        what = "\n".join(f"{kind}: {', '.join(ids)}" for kind, ids in info.registered.items()) or "(hooks only)"
+        table.add_row(info.name, info.distribution, info.version, what)
+    Console().print(table)
+    for err in pm.errors:
+        click.echo(f"warning: {err}", err=True)
+
+
+def _make_policy(kind: str, agent: Any) -> Any:
+    from agentbridge.rollout.policy import ScriptedPolicy
+
+    if kind == "scripted":
+        return lambda env: ScriptedPolicy.for_env(env, agent.tokenizer)
+    from agentbridge.rollout.hf_policy import HFPolicy
+
+    return HFPolicy.from_pretrained(agent.spec.model.path, tokenizer=agent.tokenizer, seed=agent.spec.seed)
+
+
+@main.command()
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--policy", "policy_kind", type=click.Choice(["scripted", "hf"]), default="scripted",
+              show_default=True, help="scripted: the environment's expert; hf: the spec's model with transformers.")
+@click.option("-n", "episodes", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("-o", "out", type=click.Path(file_okay=False), default=None, help="Write trajectories here.")
+@click.option("--split", type=click.Choice(["train", "eval"]), default="eval", show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Episodes in flight at once.")
+@set_option
+@user_errors
+def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, split: str, concurrency: int,
+            sets: tuple[str, ...]) -> None:
+    """Run episodes without training; write trajectories as JSONL and print a summary."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agentbridge.plugins import PluginError
+    from agentbridge.rollout.agent import Agent
+    from agentbridge.runs import episode_metrics, manifest, write_jsonl
+    from agentbridge.spec import spec_hash
+
+    console = Console(stderr=True)
+    spec = _spec(spec_path, sets)
+    try:
+        with console.status(f"loading {spec.model.path}"):
+            agent = Agent.from_spec(spec)
+            tasks = agent.tasks(split, size=episodes)
+            policy = _make_policy(policy_kind, agent)
+    except PluginError as e:
+        _fail(f"{spec_path}: {e}")
+    rewards: list[float] = []
+    columns = (TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("reward {task.fields[reward]:.3f}"))
+    with Progress(*columns, console=console) as progress:
+        bar = progress.add_task("rollout", total=len(tasks), reward=0.0)
+
+        def done(traj: Any) -> None:
+            rewards.append(traj.reward)
+            progress.update(bar, advance=1, reward=sum(rewards) / len(rewards))
+
+        trajs = asyncio.run(agent.run(tasks, policy, concurrency=concurrency, on_done=done))
+    summary = episode_metrics(trajs)
+    _print_summary(summary, len(trajs))
+    if out:
+        out_dir = Path(out)
+        write_jsonl(out_dir / "trajectories.jsonl", (t.to_dict() for t in trajs))
+        template_hash = hashlib.sha256(agent.renderer.chat_template.encode()).hexdigest()
+        info = manifest(kind="rollout", spec_hash=spec_hash(spec), seed=spec.seed, chat_template_hash=template_hash,
+                        policy=policy_kind, episodes=len(trajs))
+        (out_dir / "manifest.json").write_text(json.dumps(info, indent=2) + "\n")
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        click.echo(f"wrote {len(trajs)} trajectories to {out_dir / 'trajectories.jsonl'}")
+    errors = [t for t in trajs if t.finish_reason == "error"]
+    for t in errors[:5]:
+        click.echo(f"episode {t.task_id} failed: {t.error}", err=True)
+
+
+def _print_summary(summary: dict[str, float], n: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("metric", "value", title=f"{n} episodes")
+    for key, value in summary.items():
+        if key.startswith("finish/"):
+            table.add_row(key, f"{value:.1%}")
+        else:
+            table.add_row(key, f"{value:.3f}")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Plugin manager: default plugins, entry-point discovery (group ``agentbridge``), registries."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata as md
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import pluggy
+
+from agentbridge import __version__, hooks
+
+ENTRY_POINT_GROUP = "agentbridge"
+KINDS = ("backends", "environments", "tools", "rewards", "datasets", "tool_parsers")
+_SINGULAR = {"backends": "backend", "environments": "environment", "tools": "tool", "rewards": "reward",
+             "datasets": "dataset", "tool_parsers": "tool parser"}
+
+
+class PluginError(ValueError):
+    """A plugin problem: duplicate ids, unknown ids, a plugin that failed to load (one line)."""
+
+
+@dataclass
+class Entry:
+    id: str
+    obj: Any
+    plugin: str
+
+
+@dataclass
+class PluginInfo:
+    name: str
+    distribution: str
+    version: str
+    registered: dict[str, list[str]] = field(default_factory=dict)
+
+
+class Registry:
+    """Ids of one kind (tools, rewards, ...) and the plugin that registered each."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.entries: dict[str, Entry] = {}
+
+    def add(self, id: str, obj: Any, plugin: str) -> None:
+        if not isinstance(id, str) or not id:
+            raise PluginError(f"plugin {plugin} registered a {_SINGULAR[self.kind]} without a string id")
+        if id in self.entries:
+            first = self.entries[id].plugin
+            raise PluginError(f"{_SINGULAR[self.kind]} id '{id}' is registered by two plugins: {first} and {plugin}")
+        self.entries[id] = Entry(id, obj, plugin)
+
+    def __contains__(self, id: str) -> bool:
+        return id in self.entries
+
+    def ids(self) -> list[str]:
+        return sorted(self.entries)
+
+    def get(self, id: str) -> Any:
+        if id not in self.entries:
+            raise PluginError(self.unknown(id))
+        return self.entries[id].obj
+
+    def unknown(self, id: str) -> str:
+        close = difflib.get_close_matches(id, self.ids(), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(self.ids()) or 'none'}"
+        return f"unknown {_SINGULAR[self.kind]} '{id}'{hint}"
+
+
+class Plugins:
+    """The plugin manager plus the registries filled by every plugin's ``register_*`` hooks."""
+
+    def __init__(self, *, entry_points: bool = True, extra: list[tuple[str, Any]] | None = None) -> None:
+        self.pm = pluggy.PluginManager(hooks.PROJECT)
+        self.pm.add_hookspecs(hooks)
+        self.dists: dict[str, tuple[str, str]] = {}
+        self.errors: list[str] = []
+        from agentbridge import builtins
+
+        self._add("agentbridge.builtins", builtins, ("agentbridge", __version__))
+        if entry_points:
+            for ep in sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+                dist = (ep.dist.name, ep.dist.version) if ep.dist else ("?", "?")
+                try:
+                    self._add(ep.name, ep.load(), dist)
+                except Exception as e:  # noqa: BLE001 - a broken plugin is reported, not fatal
+                    self.errors.append(f"plugin {ep.name} ({dist[0]}) failed to load: {type(e).__name__}: {e}")
+        for name, module in extra or []:
+            self._add(name, module, ("(in-process)", ""))
+        self.registries = {kind: Registry(kind) for kind in KINDS}
+        for kind in KINDS:
+            for impl in getattr(self.pm.hook, f"register_{kind}").get_hookimpls():
+                self._collect(kind, impl)
+
+    def _add(self, name: str, module: Any, dist: tuple[str, str]) -> None:
+        if self.pm.get_plugin(name) is not None:
+            raise PluginError(f"two plugins are named '{name}': {self.dists[name][0]} and {dist[0]}")
+        self.pm.register(module, name=name)
+        self.dists[name] = dist
+
+    def _collect(self, kind: str, impl: Any) -> None:
+        registry = self.registries[kind]
+        plugin = impl.plugin_name
+
+        def register(*args: Any) -> None:
+            if kind in ("backends", "tools"):
+                (obj,) = args
+                if kind == "tools":
+                    from agentbridge.tools import as_tool
+
+                    obj = as_tool(obj)
+                registry.add(obj.name, obj, plugin)
+            else:
+                registry.add(args[0], args[1], plugin)
+
+        try:
+            impl.function(register=register)
+        except PluginError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            self.errors.append(f"plugin {plugin}: register_{kind} failed: {type(e).__name__}: {e}")
+
+    def __getattr__(self, kind: str) -> Registry:
+        if kind in KINDS and "registries" in self.__dict__:
+            return self.__dict__["registries"][kind]
+        raise AttributeError(kind)
+
+    def info(self) -> list[PluginInfo]:
+        """Each plugin with its distribution, version and the ids it registered."""
+        out = []
+        for name, (dist, version) in self.dists.items():
+            registered = {kind: sorted(e.id for e in reg.entries.values() if e.plugin == name)
+                          for kind, reg in self.registries.items()}
+            out.append(PluginInfo(name, dist, version, {k: v for k, v in registered.items() if v}))
+        return out
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+
+@cache
+def get_plugins() -> Plugins:
+    """The process-wide plugin manager (built once)."""
+    return Plugins()

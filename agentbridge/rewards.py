@@ -1,0 +1,108 @@
+"""Reward functions and their weighted composition (DESIGN §5).
+
+A reward function is ``(trajectory, task) -> float | dict[str, float]`` (sync or async). Rewards run inside
+the driver, so every backend receives the same numbers.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentbridge.env import Task
+    from agentbridge.rollout.trajectory import Trajectory
+
+RewardFn = Callable[["Trajectory", "Task"], "float | dict[str, float] | Awaitable[float | dict[str, float]]"]
+
+PROCESS = "process"  # component holding the sum of the environment's per-step rewards
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def extract_answer(text: str) -> str | None:
+    """The content of the last ``<answer>...</answer>`` in ``text``, or None."""
+    found = _ANSWER.findall(text)
+    return found[-1].strip() if found else None
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop punctuation and articles, collapse spaces (SQuAD-style)."""
+    text = re.sub(r"[^\w\s.]", " ", text.lower())
+    text = re.sub(r"(?<!\d)\.|\.(?!\d)", " ", text)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def gold_answers(task: Task) -> list[str]:
+    gold = task.data.get("answer")
+    if gold is None:
+        return []
+    return [str(g) for g in gold] if isinstance(gold, list | tuple) else [str(gold)]
+
+
+def exact_answer(trajectory: Trajectory, task: Task) -> float:
+    """1.0 when the final ``<answer>`` equals one of ``task.data["answer"]`` after normalization."""
+    answer = extract_answer(trajectory.final_text)
+    if answer is None:
+        return 0.0
+    return float(any(normalize_answer(answer) == normalize_answer(g) for g in gold_answers(task)))
+
+
+def answer_format(trajectory: Trajectory, task: Task) -> float:
+    """1.0 when the episode ended by itself with one ``<answer>`` and no malformed tool calls."""
+    ok = (trajectory.finish_reason == "done" and len(_ANSWER.findall(trajectory.final_text)) == 1
+          and trajectory.metrics.get("tools/parse_errors", 0.0) == 0.0)
+    return float(ok)
+
+
+@dataclass
+class WeightedReward:
+    id: str
+    fn: RewardFn
+    weight: float = 1.0
+    args: dict[str, Any] | None = None
+
+
+class RewardSet:
+    """The spec's ``reward:`` list: computes each component by name and their weighted sum."""
+
+    def __init__(self, items: list[WeightedReward]) -> None:
+        self.items = items
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {item.id: item.weight for item in self.items}
+
+    async def score(self, trajectory: Trajectory, task: Task) -> tuple[dict[str, float], list[str]]:
+        """Unweighted components by id (``id/key`` for dict-valued rewards) and the errors met.
+
+        A reward function that raises scores 0 for its component and reports the error; it never
+        fails the episode.
+        """
+        components: dict[str, float] = {}
+        errors: list[str] = []
+        for item in self.items:
+            try:
+                value = item.fn(trajectory, task, **(item.args or {}))
+                if inspect.isawaitable(value):
+                    value = await value
+                if isinstance(value, dict):
+                    components.update({f"{item.id}/{k}": float(v) for k, v in value.items()})
+                else:
+                    components[item.id] = float(value)
+            except Exception as e:  # noqa: BLE001 - one broken reward must not crash the batch
+                components[item.id] = 0.0
+                errors.append(f"reward {item.id}: {type(e).__name__}: {e}")
+        return components, errors
+
+    def total(self, components: dict[str, float]) -> float:
+        """Weighted sum; dict-valued components share their reward's weight; ``process`` has weight 1."""
+        total = 0.0
+        for name, value in components.items():
+            base = name if name in self.weights or name == PROCESS else name.rsplit("/", 1)[0]
+            total += self.weights.get(base, 1.0) * value
+        return total

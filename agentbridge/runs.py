@@ -1,0 +1,94 @@
+"""Run directories, normalized metrics (DESIGN §8) and manifests."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from agentbridge import __version__
+from agentbridge.rollout.trajectory import FINISH_REASONS, Trajectory
+
+METRIC_NAMES = ("step", "reward/mean", "reward/std", "episode/turns", "episode/response_tokens", "tools/calls",
+                "tools/failures", "time/step_s", "time/generate_s", "time/env_s", "throughput/tokens_per_s",
+                "memory/peak_gb")
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def mean_ci95(xs: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of a normal-approximation 95% confidence interval."""
+    n = len(xs)
+    if n < 2:
+        return _mean(xs), 0.0
+    m = _mean(xs)
+    var = sum((x - m) ** 2 for x in xs) / (n - 1)
+    return m, 1.96 * math.sqrt(var / n)
+
+
+def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Normalized metrics of a batch of episodes (rewards, turns, tokens, tools, finish reasons)."""
+    rewards = [t.reward for t in trajectories]
+    m = _mean(rewards)
+    out: dict[str, float] = {
+        "reward/mean": m,
+        "reward/std": math.sqrt(_mean([(r - m) ** 2 for r in rewards])),
+        "episode/turns": _mean([len(t.turns) for t in trajectories]),
+        "episode/response_tokens": _mean([len(t.response_ids) for t in trajectories]),
+        "tools/calls": _mean([t.metrics.get("tools/calls", 0.0) for t in trajectories]),
+        "tools/failures": _mean([t.metrics.get("tools/failures", 0.0) for t in trajectories]),
+        "tools/parse_errors": _mean([t.metrics.get("tools/parse_errors", 0.0) for t in trajectories]),
+    }
+    for name in sorted({k for t in trajectories for k in t.reward_components}):
+        out[f"reward/{name}"] = _mean([t.reward_components.get(name, 0.0) for t in trajectories])
+    n = max(1, len(trajectories))
+    for reason in FINISH_REASONS:
+        out[f"finish/{reason}"] = sum(t.finish_reason == reason for t in trajectories) / n
+    return out
+
+
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            n += 1
+    return n
+
+
+def append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+
+
+def package_version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def manifest(*, kind: str, spec_hash: str, seed: int, command: list[str] | None = None,
+             chat_template_hash: str | None = None, backend: str | None = None,
+             versions: dict[str, str | None] | None = None, **extra: Any) -> dict[str, Any]:
+    """What makes a job or run reproducible and comparable."""
+    return {
+        "kind": kind,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "backend": backend,
+        "spec_hash": spec_hash,
+        "chat_template_hash": chat_template_hash,
+        "seed": seed,
+        "command": command if command is not None else sys.argv,
+        "versions": {"agentbridge": __version__, "python": platform.python_version(), **(versions or {})},
+        **extra,
+    }

@@ -1,0 +1,130 @@
+"""The agent spec as pydantic models (DESIGN §3). Unknown keys are errors everywhere."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
+
+ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(_Strict):
+    path: str = Field("builtin:tiny", description="Local model dir, hub id, or builtin:tiny / builtin:tiny-qwen2.5")
+    chat_template: str | None = Field(None, description="Override: a template file path or a vendored name")
+    tool_call_format: str = Field("hermes", description="Id of the tool-call parser")
+
+
+class SamplingSpec(_Strict):
+    temperature: NonNegativeFloat = 1.0
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+
+
+class AgentSpec(_Strict):
+    system_prompt: str | None = None
+    max_turns: PositiveInt = 6
+    max_prompt_tokens: PositiveInt = 1024
+    max_response_tokens: PositiveInt = Field(2048, description="Budget for everything after the prompt")
+    max_tokens_per_turn: PositiveInt = 256
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+
+    @model_validator(mode="after")
+    def _budgets(self) -> AgentSpec:
+        if self.max_tokens_per_turn > self.max_response_tokens:
+            raise ValueError(f"max_tokens_per_turn ({self.max_tokens_per_turn}) must not exceed "
+                             f"max_response_tokens ({self.max_response_tokens})")
+        return self
+
+
+class EnvironmentSpec(_Strict):
+    id: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class RewardSpec(_Strict):
+    id: str
+    weight: float = 1.0
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class DatasetSpec(_Strict):
+    """Either a registered generator (``id`` + ``split``/``size``/``seed``) or a JSONL file (``path``)."""
+
+    id: str | None = None
+    path: str | None = None
+    split: str = "train"
+    size: PositiveInt | None = None
+    seed: int = 0
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetSpec:
+        if (self.id is None) == (self.path is None):
+            raise ValueError("give exactly one of 'id' (a registered dataset) or 'path' (a JSONL file)")
+        return self
+
+
+class DataSpec(_Strict):
+    train: DatasetSpec
+    eval: DatasetSpec | None = None
+
+
+class WarmStartSpec(_Strict):
+    """Supervised warm start on the environment's scripted demonstrations before RL."""
+
+    demos: PositiveInt = 2000
+    epochs: PositiveInt = 1
+    lr: float = Field(1e-3, gt=0)
+    batch_size: PositiveInt = 32
+    max_minutes: float | None = Field(None, gt=0)
+
+
+class AlgorithmSpec(_Strict):
+    name: Literal["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo"] = "grpo"
+    group_size: PositiveInt = 8
+    batch_size: PositiveInt = Field(64, description="Prompts per step; each is sampled group_size times")
+    lr: float = Field(1e-6, gt=0)
+    kl_coef: NonNegativeFloat = 0.0
+    steps: PositiveInt = 200
+    warmup_steps: int = Field(0, ge=0)
+    warm_start: WarmStartSpec | None = None
+
+
+class ResourcesSpec(_Strict):
+    nodes: PositiveInt = 1
+    gpus_per_node: int = Field(0, ge=0)
+
+
+class BackendSpec(_Strict):
+    name: str = "trl"
+    options: dict[str, Any] = Field(default_factory=dict)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class Spec(_Strict):
+    """One agent: model, agent budgets, environment, tools, rewards, data, algorithm, resources, backend."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    agent: AgentSpec = Field(default_factory=AgentSpec)
+    environment: EnvironmentSpec
+    tools: list[str] = Field(default_factory=list)
+    reward: list[RewardSpec] = Field(min_length=1)
+    data: DataSpec
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    backend: BackendSpec = Field(default_factory=BackendSpec)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Spec:
+        ids = [r.id for r in self.reward]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"reward ids must be unique; repeated: {', '.join(dupes)}")
+        return self

@@ -1,0 +1,1 @@
+"""Calculator tool agent: arithmetic word problems, a safe calculator tool, exact-answer reward."""

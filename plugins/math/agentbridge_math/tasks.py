@@ -1,0 +1,66 @@
+"""Seeded arithmetic word problems with exact answers, split into disjoint train and eval sets."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from agentbridge.env import Task
+
+_ONE_STEP = [
+    ("Add {a} and {b}.", "{a} + {b}"),
+    ("What is {a} plus {b}?", "{a} + {b}"),
+    ("Subtract {b} from {a}.", "{a} - {b}"),
+    ("Multiply {a} by {b}.", "{a} * {b}"),
+    ("Divide {a} by {b}.", "{a} / {b}"),
+]
+_SECOND = [
+    (", then add {c}.", "{prev} + {c}"),
+    (", then subtract {c}.", "{prev} - {c}"),
+    (", then multiply by {c}.", "{prev} * {c}"),
+]
+
+
+def _is_eval(prompt: str) -> bool:
+    """A fixed 10% of all possible prompts is held out for evaluation, whatever the seed."""
+    return hashlib.sha256(prompt.encode()).digest()[0] < 26
+
+
+def _problem(rng: random.Random) -> tuple[str, list[str], int]:
+    text, expr = rng.choice(_ONE_STEP)
+    b = rng.randint(2, 12) if "/" in expr or "*" in expr else rng.randint(2, 99)
+    a = b * rng.randint(2, 12) if "/" in expr else rng.randint(10, 99)
+    if "-" in expr and a < b:
+        a, b = b, a
+    first = expr.format(a=a, b=b)
+    value = eval_int(first)
+    if rng.random() < 0.5:
+        return text.format(a=a, b=b), [first], value
+    then, expr2 = rng.choice(_SECOND)
+    c = rng.randint(2, 9)
+    prompt = text.format(a=a, b=b).rstrip(".?") + then.format(c=c)
+    return prompt, [first, expr2.replace("{c}", str(c))], eval_int(expr2.format(prev=value, c=c))
+
+
+def eval_int(expression: str) -> int:
+    from agentbridge_math.calculator import evaluate
+
+    return int(evaluate(expression))
+
+
+def arithmetic_tasks(split: str = "train", size: int = 100, seed: int = 0, two_step: bool = True) -> list[Task]:
+    """``size`` problems of ``split`` (train | eval): same seed, same problems; eval never overlaps train."""
+    if split not in ("train", "eval", "test"):
+        raise ValueError(f"split must be train or eval, got {split!r}")
+    rng = random.Random(f"math-{seed}-{split}")
+    held_out = split != "train"
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    while len(tasks) < size:
+        prompt, steps, answer = _problem(rng)
+        if (not two_step and len(steps) > 1) or _is_eval(prompt) != held_out or prompt in seen:
+            continue
+        seen.add(prompt)
+        tasks.append(Task(id=f"math-{split}-{seed}-{len(tasks)}", prompt=prompt,
+                          data={"answer": str(answer), "steps": steps}))
+    return tasks
