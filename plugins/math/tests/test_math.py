@@ -1,0 +1,66 @@
+"""Calculator agent: safe evaluation, seeded disjoint splits, expert solves every task, reward."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agentbridge_math.calculator import evaluate
+from agentbridge_math.env import exact_number
+from agentbridge_math.tasks import arithmetic_tasks
+
+from agentbridge.env import Task
+from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.policy import ScriptedPolicy
+from agentbridge.rollout.trajectory import Trajectory, Turn
+from agentbridge.spec import load_spec
+
+
+@pytest.mark.parametrize("expr, want", [("15 + 27", "42"), ("(15 + 27) * 3", "126"), ("7 / 2", "3.5"),
+                                        ("-3 ** 2", "-9"), ("2 ** 10", "1024"), ("10 // 3", "3")])
+def test_evaluate(expr: str, want: str) -> None:
+    assert evaluate(expr) == want
+
+
+@pytest.mark.parametrize("expr, needle", [
+    ("__import__('os').system('true')", "unsupported syntax"), ("x + 1", "unsupported syntax"),
+    ("9 ** 9 ** 9", "exponents"), ("1 / 0", "division by zero"), ("1 +", "not an arithmetic"),
+    ("1" * 300, "longer than"), ("10 ** 40", "too large"), ("'a' * 3", "unsupported"),
+])
+def test_evaluate_rejects(expr: str, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        evaluate(expr)
+
+
+def test_tasks_are_seeded_and_splits_disjoint() -> None:
+    a = arithmetic_tasks("train", 300, seed=1)
+    assert [t.to_dict() for t in a] == [t.to_dict() for t in arithmetic_tasks("train", 300, seed=1)]
+    assert [t.prompt for t in a] != [t.prompt for t in arithmetic_tasks("train", 300, seed=2)]
+    held_out = {t.prompt for s in range(3) for t in arithmetic_tasks("eval", 200, seed=s)}
+    assert not held_out & {t.prompt for t in a}
+    assert any(len(t.data["steps"]) == 2 for t in a) and any(len(t.data["steps"]) == 1 for t in a)
+    for t in a:
+        last = t.data["steps"][0]
+        if len(t.data["steps"]) == 2:
+            last = t.data["steps"][1].format(prev=f"({last})")
+        assert evaluate(last) == t.data["answer"]
+
+
+def test_expert_solves_every_task() -> None:
+    from agentbridge.models import load_tokenizer
+
+    tiny_tokenizer = load_tokenizer("builtin:tiny")
+    spec = load_spec("examples/calculator.yaml")
+    agent = Agent.from_spec(spec, tiny_tokenizer)
+    tasks = agent.tasks("eval", size=50)
+    trajs = asyncio.run(agent.run(tasks, lambda env: ScriptedPolicy.for_env(env, tiny_tokenizer)))
+    assert all(t.finish_reason == "done" and t.reward_components["math/exact_answer"] == 1.0 for t in trajs)
+    assert sum(t.metrics["tools/calls"] for t in trajs) == sum(len(t.data["steps"]) for t in tasks)
+
+
+@pytest.mark.parametrize("text, score", [("<answer>42</answer>", 1.0), ("<answer>42.0</answer>", 1.0),
+                                         ("<answer>41</answer>", 0.0), ("42", 0.0), ("<answer></answer>", 0.0),
+                                         ("<answer>forty</answer>", 0.0), ("<answer>4,2</answer>", 1.0)])
+def test_exact_number(text: str, score: float) -> None:
+    traj = Trajectory(task_id="t", prompt_ids=[], turns=[Turn(text=text)])
+    assert exact_number(traj, Task("t", "q", {"answer": "42"})) == score

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create .venv with agentbridge, its first-party plugins and the TRL adapter (CPU torch).
+# Usage: scripts/install.sh [extra pip args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+pip() { .venv/bin/python -m pip "$@"; }
+echo "[install] torch (CPU build) and agentbridge into .venv"
+pip install -q torch==2.13.0
+pip install -q -e '.[hf,plot]' -e plugins/math "$@"
+for adapter in adapters/*/; do
+  [ -f "$adapter/pyproject.toml" ] && pip install -q -e "$adapter[backend]"
+done
+# the real Qwen2.5 vocabulary (qwen.tiktoken) ships in the dashscope wheel; only that file is used
+pip install -q --no-deps dashscope
+echo "[install] done: $(.venv/bin/agentbridge --version)"

@@ -1,0 +1,91 @@
+"""The command line: exit codes, one-line errors, no heavy imports, rollout output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("torch", "transformers", "trl", "verl", "openrlhf", "vllm", "ray", "deepspeed")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentbridge.cli", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["validate", "examples/calculator.yaml"], ["schema"]])
+def test_light_commands_import_no_torch_or_backend(argv: list[str]) -> None:
+    probe = (
+        "import sys, json\nfrom agentbridge.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit as e:\n    code = e.code\n"
+        f"print(json.dumps({{'code': code, 'heavy': [m for m in {HEAVY!r} if m in sys.modules]}}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"code": 0, "heavy": []}, out.stderr
+
+
+def test_validate_ok_and_bad_ids(tmp_path: Path) -> None:
+    ok = cli("validate", "examples/calculator.yaml")
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: examples/calculator.yaml")
+    bad = cli("validate", "examples/calculator.yaml", "--set", "tools=[calculater]", "--set", "reward.0.id=math/nope")
+    assert bad.returncode == 1
+    lines = bad.stderr.strip().splitlines()
+    assert "tools[0]: unknown tool 'calculater'; did you mean 'calculator'?" in lines[0]
+    assert "reward[0].id: unknown reward 'math/nope'" in lines[1]
+    assert "Traceback" not in bad.stderr
+
+
+def test_validate_spec_errors_are_one_line_each(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(Path("examples/calculator.yaml").read_text().replace("max_turns: 4", "max_turns: many"))
+    res = cli("validate", str(spec))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [f"error: {spec}:10: agent.max_turns: Input should be a valid "
+                                               "integer, unable to parse string as an integer"]
+
+
+def test_usage_error_exit_2() -> None:
+    assert cli("rollout").returncode == 2
+    assert cli("rollout", "examples/calculator.yaml", "--policy", "magic").returncode == 2
+
+
+def test_schema_is_json() -> None:
+    res = cli("schema")
+    assert json.loads(res.stdout)["title"] == "agentbridge spec"
+
+
+def test_plugins_lists_builtins_and_math() -> None:
+    res = cli("plugins")
+    assert res.returncode == 0
+    assert "agentbridge.builtins" in res.stdout and "hermes" in res.stdout
+    assert "agentbridge-math" in res.stdout and "math/calculator" in res.stdout
+
+
+def test_rollout_scripted_writes_trajectories(tmp_path: Path) -> None:
+    res = cli("rollout", "examples/calculator.yaml", "--policy", "scripted", "-n", "12", "-o", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    assert len(rows) == 12 and all(r["reward_components"]["math/exact_answer"] == 1.0 for r in rows)
+    assert all(r["finish_reason"] == "done" for r in rows)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["reward/mean"] == pytest.approx(1.1) and summary["finish/done"] == 1.0
+    assert "reward/mean" in res.stdout and "finish/done" in res.stdout
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert len(manifest["spec_hash"]) == 64 and len(manifest["chat_template_hash"]) == 64
+
+
+def test_rollout_hf_policy_runs_untrained_model(tmp_path: Path) -> None:
+    res = cli("rollout", "examples/calculator.yaml", "--policy", "hf", "-n", "4", "-o", str(tmp_path),
+              "--set", "agent.max_tokens_per_turn=16", "--set", "agent.max_turns=2")
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    assert len(rows) == 4
+    for r in rows:
+        assert r["finish_reason"] in ("done", "length", "max_turns")
+        gen = [lp for lp, m in zip(r["logprobs"], r["response_mask"], strict=True) if m == 1]
+        assert gen and all(lp <= 0.0 for lp in gen) and any(lp < 0.0 for lp in gen)
