@@ -1,0 +1,185 @@
+"""Tests for agentbridge.models: builtin tiny models, caching, determinism and errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentbridge import models
+from agentbridge.models import BUILTIN_MODELS, ModelError, cache_dir, load_tokenizer, resolve_model_path
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = [{"type": "function", "function": {
+    "name": "calculator", "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                   "required": ["expression"]}}}]
+
+
+def _dashscope_vocab() -> Path | None:
+    spec = importlib.util.find_spec("dashscope")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(root) / "resources" / "qwen.tiktoken").is_file():
+            return Path(root) / "resources" / "qwen.tiktoken"
+    return None
+
+
+@pytest.fixture(scope="module")
+def tiny_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A cache dir with builtin:tiny built once for this module; AGENTBRIDGE_CACHE points at it."""
+    cache = tmp_path_factory.mktemp("cache_a")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AGENTBRIDGE_CACHE", str(cache))
+        resolve_model_path("builtin:tiny")
+        yield cache
+
+
+def test_tiny_builds_and_loads(tiny_cache: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path("builtin:tiny")
+    assert path.parent == tiny_cache / "models" and path.name.endswith(f"-v{models.RECIPE_VERSION}")
+    meta = json.loads((path / "agentbridge.json").read_text())
+    assert meta["name"] == "builtin:tiny" and meta["vocab_size"] == 4096
+    built = [p.name for p in (tiny_cache / "models").iterdir() if not p.name.endswith(".lock")]
+    assert built == [path.name]  # no temp dirs left behind
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert len(tok) == 4096 == model.config.vocab_size
+    assert meta["parameters"] == sum(p.numel() for p in model.parameters())
+    assert model.config.tie_word_embeddings and model.config.hidden_size == 128
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>" and tok.padding_side == "left"
+    assert model.config.eos_token_id == tok.eos_token_id == model.generation_config.eos_token_id
+    assert model.config.pad_token_id == tok.pad_token_id == model.generation_config.pad_token_id
+    for special in models.TINY_SPECIALS:
+        ids = tok.encode(special, add_special_tokens=False)
+        assert len(ids) == 1 and tok.decode(ids) == special
+    ids = tok.encode("12345", add_special_tokens=False)
+    assert [tok.decode([i]) for i in ids] == list("12345")
+    text = tok.apply_chat_template([{"role": "user", "content": "Add 15 and 27."}], tools=TOOLS,
+                                   tokenize=False, add_generation_prompt=True)
+    assert "<tools>" in text and '"calculator"' in text and text.endswith("<|im_start|>assistant\n")
+    enc = tok(["Add 1 and 2.", "Subtract 19 from 83, then multiply by 3."], padding=True, return_tensors="pt")
+    out = model.generate(**enc, max_new_tokens=3, do_sample=False)
+    assert out.shape[0] == 2 and out.shape[1] <= enc["input_ids"].shape[1] + 3
+
+
+def test_tokenizer_json_matches_autotokenizer(tiny_cache: Path) -> None:
+    """transformers rebuilds qwen2 tokenizers from vocab+merges; the saved tokenizer.json must agree."""
+    from tokenizers import Tokenizer
+
+    path = resolve_model_path("builtin:tiny")
+    raw, tok = Tokenizer.from_file(str(path / "tokenizer.json")), load_tokenizer("builtin:tiny")
+    text = ('<|im_start|>user\nAdd 15 and 27, then multiply by 3. Café\n\n  "x":1<|im_end|>\n<tool_call>\n'
+            '{"name": "calculator", "arguments": {"expression": "15 + 27"}}\n</tool_call><answer>42</answer>')
+    assert tok(text)["input_ids"] == raw.encode(text).ids
+    assert tok.decode(raw.encode(text).ids) == text
+
+
+def test_cached_build_is_reused(tiny_cache: Path) -> None:
+    weights = resolve_model_path("builtin:tiny") / "model.safetensors"
+    mtime = weights.stat().st_mtime_ns
+    assert resolve_model_path("builtin:tiny") / "model.safetensors" == weights
+    assert weights.stat().st_mtime_ns == mtime
+
+
+def test_build_is_deterministic(tiny_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from safetensors.torch import load_file
+
+    first = resolve_model_path("builtin:tiny")
+    monkeypatch.setenv("AGENTBRIDGE_CACHE", str(tmp_path / "cache_b"))
+    second = resolve_model_path("builtin:tiny")
+    assert first != second
+    assert load_tokenizer(str(first)).get_vocab() == load_tokenizer(str(second)).get_vocab()
+    assert (first / "tokenizer.json").read_bytes() == (second / "tokenizer.json").read_bytes()
+    w1, w2 = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    assert w1.keys() == w2.keys()
+    for key in ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight"):
+        assert w1[key].equal(w2[key])
+
+
+def test_concurrent_builds_share_one_result(tiny_cache: Path, tmp_path: Path) -> None:
+    """Two processes race to build; the lock makes them share one (byte-identical) build."""
+    code = "from agentbridge.models import resolve_model_path; print(resolve_model_path('builtin:tiny'))"
+    env = {**_env(), "AGENTBRIDGE_CACHE": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs) and outs[0] == outs[1]
+    dirs = [p.name for p in (tmp_path / "models").iterdir() if p.is_dir()]
+    assert dirs == [Path(outs[0]).name]
+    for name in ("tokenizer.json", "model.safetensors"):  # cross-process determinism too
+        assert (Path(outs[0]) / name).read_bytes() == (tiny_cache / "models" / Path(outs[0]).name / name).read_bytes()
+
+
+@pytest.mark.skipif(_dashscope_vocab() is None, reason="needs `pip install --no-deps dashscope`")
+def test_tiny_qwen25_matches_qwen_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("AGENTBRIDGE_CACHE", str(tmp_path))
+    tok = load_tokenizer("builtin:tiny-qwen2.5")
+    assert len(tok) == 151665
+    assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>"]) == [
+        151643, 151644, 151645, 151657]
+    assert tok.encode("Hello, world!", add_special_tokens=False) == [9707, 11, 1879, 0]
+    assert len(tok.encode("<tool_response>", add_special_tokens=False)) > 1  # not special in Qwen2.5
+    assert [tok.decode([i]) for i in tok.encode("2024", add_special_tokens=False)] == list("2024")
+    assert tok.eos_token_id == 151645 and tok.pad_token_id == 151643
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tools=TOOLS, tokenize=False)
+    assert "<tools>" in chat and chat.startswith("<|im_start|>system\nYou are Qwen")
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path("builtin:tiny-qwen2.5"))
+    assert model.config.vocab_size == 151665 and model.config.num_hidden_layers == 2
+    assert model.config.eos_token_id == 151645 and model.config.pad_token_id == 151643
+
+
+def test_missing_dashscope_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelError, match=r"pip install --no-deps dashscope"):
+        models._qwen_tokenizer()
+
+
+def test_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTBRIDGE_CACHE", str(tmp_path))
+    with pytest.raises(ModelError) as unknown:
+        resolve_model_path("builtin:foo")
+    assert "builtin:foo" in str(unknown.value) and all(n in str(unknown.value) for n in BUILTIN_MODELS)
+    with pytest.raises(ModelError) as missing:
+        resolve_model_path("Qwen/Qwen2.5-0.5B-Instruct")
+    msg = str(missing.value)
+    assert msg.startswith("model.path: 'Qwen/Qwen2.5-0.5B-Instruct' is not a local model directory")
+    assert "builtin:tiny, builtin:tiny-qwen2.5" in msg
+    for err in (unknown.value, missing.value):
+        assert "\n" not in str(err)
+    assert not (tmp_path / "models").exists()
+
+
+def test_local_directory_and_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve_model_path(str(tmp_path)) == tmp_path
+    monkeypatch.setenv("AGENTBRIDGE_CACHE", str(tmp_path / "ab"))
+    assert cache_dir() == tmp_path / "ab"
+    monkeypatch.delenv("AGENTBRIDGE_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "agentbridge"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_dir() == Path.home() / ".cache" / "agentbridge"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_import_is_light() -> None:
+    code = ("import sys, agentbridge.models as m; assert m.BUILTIN_MODELS; "
+            "heavy = [x for x in ('torch', 'transformers', 'tokenizers', 'tiktoken') if x in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], env=_env(), check=True)
