@@ -1,0 +1,6 @@
+"""Make ``agentbridge_wordplay`` importable even before ``pip install -e .``."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
