@@ -10,6 +10,10 @@ from typing import Any, Protocol, runtime_checkable
 from agentbridge.spec.models import Spec
 
 
+class JobError(RuntimeError):
+    """A launched job failed; the message is one line, the job's own output says why."""
+
+
 @dataclass
 class Capabilities:
     """What a backend can run with agentbridge's driver inside it."""
@@ -72,6 +76,25 @@ class Backend(Protocol):
     def validate(self, job: Job) -> Report: ...
 
     def launch(self, job: Job, runner: Any) -> Any: ...
+
+
+# What agentbridge's first-party adapters run; used to point users to another backend when its adapter is
+# not installed here. An installed backend's own capabilities take precedence.
+FIRST_PARTY_ALGORITHMS: dict[str, list[str]] = {
+    "trl": ["dapo", "dr_grpo", "grpo", "gspo"],
+    "verl": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
+    "openrlhf": ["dr_grpo", "grpo", "ppo", "reinforce_pp", "rloo"],
+}
+
+
+def known_capabilities() -> dict[str, Capabilities]:
+    """Capabilities of every backend agentbridge knows: installed ones, then first-party ones."""
+    from agentbridge.plugins import get_plugins
+
+    known = {name: Capabilities(algorithms=algos) for name, algos in FIRST_PARTY_ALGORITHMS.items()}
+    for name in get_plugins().backends.ids():
+        known[name] = get_plugins().backends.get(name).capabilities()
+    return known
 
 
 def algorithm_problem(spec: Spec, backend: str, capabilities: Capabilities,

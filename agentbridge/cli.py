@@ -13,9 +13,10 @@ from typing import Any
 
 import click
 
+from agentbridge.backends import JobError
 from agentbridge.spec import Spec, SpecError, json_schema, load_spec
 
-USER_ERRORS: tuple[type[Exception], ...] = (SpecError, ValueError, FileNotFoundError)
+USER_ERRORS: tuple[type[Exception], ...] = (SpecError, ValueError, FileNotFoundError, JobError)
 
 
 def _fail(message: str) -> None:
@@ -173,6 +174,95 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
     errors = [t for t in trajs if t.finish_reason == "error"]
     for t in errors[:5]:
         click.echo(f"episode {t.task_id} failed: {t.error}", err=True)
+
+
+def _backend(name: str) -> Any:
+    from agentbridge.plugins import get_plugins
+
+    registry = get_plugins().backends
+    if name not in registry:
+        from agentbridge.backends import FIRST_PARTY_ALGORITHMS
+
+        hint = f"; install agentbridge-{name}" if name in FIRST_PARTY_ALGORITHMS else ""
+        installed = ", ".join(registry.ids()) or "none"
+        raise ValueError(f"--backend: {registry.unknown(name)} (installed: {installed}){hint}")
+    return registry.get(name)
+
+
+def _compile(spec_path: str, spec: Spec, backend_name: str, out: str | None) -> Any:
+    from agentbridge.rollout.agent import check_ids
+    from agentbridge.spec import spec_hash
+
+    backend = _backend(backend_name)
+    problems = [f"{spec_path}: {p}" for p in check_ids(spec)] + [f"{spec_path}: {p}" for p in backend.check(spec)]
+    if problems:
+        _fail("\n".join(problems))
+    job_dir = Path(out) if out else Path("jobs") / f"{spec.name}-{backend_name}-{spec_hash(spec)[:8]}"
+    return backend, backend.compile(spec, job_dir)
+
+
+@main.command("compile")
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--backend", "backend_name", default=None, help="Backend to compile for (default: backend.name).")
+@click.option("-o", "out", type=click.Path(file_okay=False), default=None, help="Job directory.")
+@set_option
+@user_errors
+def compile_cmd(spec_path: str, backend_name: str | None, out: str | None, sets: tuple[str, ...]) -> None:
+    """Write the job directory for a backend (needs no backend installed)."""
+    spec = _spec(spec_path, sets)
+    _, job = _compile(spec_path, spec, backend_name or spec.backend.name, out)
+    click.echo(f"wrote {job.path} ({', '.join(job.manifest.get('files', []))})")
+
+
+@main.command()
+@click.argument("job_dir", metavar="JOB", type=click.Path(exists=True, file_okay=False))
+@user_errors
+def check(job_dir: str) -> None:
+    """Run the backend's own validators on a compiled job."""
+    from agentbridge.backends import Job
+
+    job = Job.load(job_dir)
+    report = _backend(job.backend).validate(job)
+    if not report.ok:
+        _fail("\n".join(f"{job_dir}: {p}" for p in report.problems))
+    click.echo(f"ok: {job_dir} passes {job.backend}'s validators")
+
+
+@main.command()
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--backend", "backend_name", default=None, help="Backend to train with (default: backend.name).")
+@click.option("-o", "out", type=click.Path(file_okay=False), default=None, help="Run directory (default runs/NAME).")
+@set_option
+@user_errors
+def train(spec_path: str, backend_name: str | None, out: str | None, sets: tuple[str, ...]) -> None:
+    """Compile SPEC, validate the job, and run it locally; writes runs/NAME/."""
+    spec = _spec(spec_path, sets)
+    backend, job = _compile(spec_path, spec, backend_name or spec.backend.name, None)
+    report = backend.validate(job)
+    if not report.ok:
+        _fail("\n".join(f"{job.path}: {p}" for p in report.problems))
+    run_dir = backend.launch(job, None, run_dir=Path(out) if out else Path("runs") / spec.name)
+    click.echo(f"run: {run_dir} (report: {Path(run_dir) / 'report.md'})")
+
+
+@main.command()
+@user_errors
+def backends() -> None:
+    """The capability matrix of the installed backends."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentbridge.plugins import get_plugins
+
+    registry = get_plugins().backends
+    table = Table("backend", "algorithms", "multimodal", "tool images", "async", "scale-out")
+    for name in registry.ids():
+        caps = registry.get(name).capabilities()
+        table.add_row(name, ", ".join(caps.algorithms), "yes" if caps.multimodal else "no",
+                      "yes" if caps.tool_images else "no", "yes" if caps.async_rollout else "no", caps.scale_out)
+    Console().print(table)
+    if not registry.ids():
+        click.echo("no backend is installed; pip install agentbridge-trl (or -verl, -openrlhf)")
 
 
 def _print_summary(summary: dict[str, float], n: int) -> None:

@@ -72,6 +72,20 @@ def read_tasks_jsonl(path: str | Path) -> list[Task]:
     return tasks
 
 
+def load_tasks(spec: Spec, split: str = "train", size: int | None = None,
+               plugins: Plugins | None = None) -> list[Task]:
+    """The train or eval tasks named in ``spec.data`` (empty when that split is not set)."""
+    ds: DatasetSpec | None = getattr(spec.data, split)
+    if ds is None:
+        return []
+    if ds.path is not None:
+        tasks = read_tasks_jsonl(ds.path)
+    else:
+        build = (plugins or get_plugins()).datasets.get(ds.id)
+        tasks = list(build(split=ds.split, size=size or ds.size or 100, seed=ds.seed, **ds.args))
+    return tasks[:size] if size else tasks
+
+
 class Agent:
     """A spec resolved into runnable parts. Build with ``Agent.from_spec(spec, tokenizer)``."""
 
@@ -114,15 +128,9 @@ class Agent:
 
     def tasks(self, split: str = "train", size: int | None = None) -> list[Task]:
         """The train or eval tasks named in ``data``."""
-        ds: DatasetSpec | None = getattr(self.spec.data, split)
-        if ds is None:
+        if getattr(self.spec.data, split) is None:
             raise ValueError(f"data.{split} is not set in the spec")
-        if ds.path is not None:
-            tasks = read_tasks_jsonl(ds.path)
-        else:
-            build = self.plugins.datasets.get(ds.id)
-            tasks = list(build(split=ds.split, size=size or ds.size or 100, seed=ds.seed, **ds.args))
-        return tasks[:size] if size else tasks
+        return load_tasks(self.spec, split, size, self.plugins)
 
     async def run(self, tasks: Sequence[Task], policy: Policy | Callable[[Environment], Policy], *,
                   concurrency: int = 32, on_done: Callable[[Trajectory], Any] | None = None,

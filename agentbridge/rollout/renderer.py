@@ -32,15 +32,31 @@ class Renderer:
         if eos is None:
             raise TemplateError("the tokenizer has no eos token; the driver needs it to end a turn")
         self.eos_token_id: int = int(eos)
-        self._stub_ids = self.encode(self.render_text(_STUB, add_generation_prompt=False))
-        if self.eos_token_id not in self._stub_ids:
-            raise TemplateError("the chat template does not end assistant turns with the eos token "
-                                f"{tokenizer.eos_token!r}")
-        self._cut = len(self._stub_ids) - self._stub_ids[::-1].index(self.eos_token_id)
+        # The stub is rendered without the tools block when the template renders observations the same
+        # either way (most do): that keeps each turn's cost small and constant.
+        self._stub_tools: list[dict[str, Any]] | None = self.tools
+        self._stub_ids, self._cut = self._stub()
+        if self.tools:
+            probe: list[Message] = [{"role": "tool", "name": "t", "content": "probe"}, {"role": "user", "content": "u"}]
+            with_tools = self.continuation(probe)
+            self._stub_tools = None
+            self._stub_ids, self._cut = self._stub()
+            if self.continuation(probe) != with_tools:
+                self._stub_tools = self.tools
+                self._stub_ids, self._cut = self._stub()
 
-    def render_text(self, messages: list[Message], *, add_generation_prompt: bool) -> str:
+    def _stub(self) -> tuple[list[int], int]:
+        ids = self.encode(self.render_text(_STUB, add_generation_prompt=False, tools=self._stub_tools))
+        if self.eos_token_id not in ids:
+            raise TemplateError("the chat template does not end assistant turns with the eos token "
+                                f"{self.tokenizer.eos_token!r}")
+        return ids, len(ids) - ids[::-1].index(self.eos_token_id)
+
+    def render_text(self, messages: list[Message], *, add_generation_prompt: bool,
+                    tools: list[dict[str, Any]] | None | bool = True) -> str:
+        """The template's text; ``tools=True`` means this renderer's tools."""
         return self.tokenizer.apply_chat_template(
-            messages, tools=self.tools, chat_template=self.chat_template, tokenize=False,
+            messages, tools=self.tools if tools is True else tools, chat_template=self.chat_template, tokenize=False,
             add_generation_prompt=add_generation_prompt)
 
     def encode(self, text: str) -> list[int]:
@@ -55,7 +71,7 @@ class Renderer:
 
     def continuation(self, messages: list[Message]) -> list[int]:
         """Ids that follow an assistant turn's eos token: ``messages`` plus the next generation header."""
-        full = self.encode(self.render_text([*_STUB, *messages], add_generation_prompt=True))
+        full = self.encode(self.render_text([*_STUB, *messages], add_generation_prompt=True, tools=self._stub_tools))
         if full[: len(self._stub_ids)] != self._stub_ids:
             raise TemplateError("the chat template is not prefix-preserving: appending messages changed "
                                 "earlier tokens; use a *_training template or another model.chat_template")

@@ -1,0 +1,155 @@
+"""The TRL backend: capabilities, spec checks, compile to a job directory, validate, launch."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentbridge.backends import (
+    Capabilities,
+    Job,
+    JobError,
+    Problem,
+    Report,
+    algorithm_problem,
+    known_capabilities,
+)
+from agentbridge.runs import manifest, package_version, write_jsonl
+from agentbridge.spec import Spec, dump_spec, spec_hash
+from agentbridge_trl import __version__
+from agentbridge_trl.config import ALGORITHMS, OPTIONS, WHY_NOT, grpo_config_kwargs, world_size
+
+TRL_PIN = "1.16.0"
+
+
+class TrlBackend:
+    """Compiles a spec into a TRL GRPO job whose rollouts run agentbridge's driver (``rollout_func``)."""
+
+    name = "trl"
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            algorithms=sorted(ALGORITHMS), multimodal=False, tool_images=False, max_turns=None,
+            async_rollout=False, scale_out="accelerate launch (multi-GPU / multi-node), vLLM colocate or server",
+            notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()]
+                  + ["images: TRL 1.16's rollout_func cannot add images to the forward pass; VLM agents are not "
+                     "supported by this adapter yet"])
+
+    def check(self, spec: Spec) -> list[Problem]:
+        """What in ``spec`` TRL cannot run, one line each (needs no TRL installed)."""
+        problems: list[Problem] = []
+        caps = self.capabilities()
+        bad_algo = algorithm_problem(spec, self.name, caps, known_capabilities())
+        if bad_algo is not None:
+            bad_algo.message += f" ({WHY_NOT.get(spec.algorithm.name, 'not mapped')})"
+            problems.append(bad_algo)
+        for key in spec.backend.options:
+            if key not in OPTIONS:
+                problems.append(Problem(f"backend.options.{key}",
+                                        f"unknown TRL option; known: {', '.join(sorted(OPTIONS))}"))
+        mode = spec.backend.options.get("vllm_mode", "colocate")
+        if mode not in ("colocate", "server"):
+            problems.append(Problem("backend.options.vllm_mode", f"must be colocate or server, got {mode!r}"))
+        if spec.backend.options.get("use_vllm") and spec.resources.gpus_per_node == 0:
+            problems.append(Problem("backend.options.use_vllm", "vLLM needs GPUs; set resources.gpus_per_node"))
+        if spec.algorithm.group_size < 2:
+            problems.append(Problem("algorithm.group_size", "GRPO-family advantages need at least 2 samples per "
+                                    "prompt"))
+        completions = spec.algorithm.batch_size * spec.algorithm.group_size
+        if completions % world_size(spec):
+            problems.append(Problem("algorithm.batch_size", f"batch_size x group_size ({completions}) must divide "
+                                    f"evenly over {world_size(spec)} GPUs"))
+        return problems
+
+    def compile(self, spec: Spec, out: Path) -> Job:
+        """Write the job directory: manifest, spec, data, GRPOConfig, launch.sh, submit.sh."""
+        from agentbridge.rollout.agent import load_tasks
+
+        out = Path(out)
+        (out / "data").mkdir(parents=True, exist_ok=True)
+        train, evals = load_tasks(spec, "train"), load_tasks(spec, "eval")
+        write_jsonl(out / "data" / "train.jsonl", (t.to_dict() for t in train))
+        write_jsonl(out / "data" / "eval.jsonl", (t.to_dict() for t in evals))
+        (out / "spec.yaml").write_text(dump_spec(spec))
+        kwargs = grpo_config_kwargs(spec, output_dir="${RUN_DIR}/trainer")
+        (out / "grpo_config.json").write_text(json.dumps(kwargs, indent=2) + "\n")
+        run_dir = f"runs/{spec.name}"
+        entry = f"-m agentbridge_trl.entry \"$JOB\" --run-dir \"${{RUN_DIR:-{run_dir}}}\""
+        _script(out / "launch.sh", [
+            "# Run this job on this machine (CPU or one GPU).",
+            f"exec \"${{PYTHON:-{shlex.quote(sys.executable)}}}\" {entry} \"$@\"",
+        ])
+        _script(out / "submit.sh", _submit_lines(spec, entry))
+        job = Job(backend=self.name, path=out, manifest=manifest(
+            kind="job", backend=self.name, spec_hash=spec_hash(spec), seed=spec.seed,
+            versions={"agentbridge-trl": __version__, "trl": package_version("trl"), "trl_pin": TRL_PIN},
+            files=sorted(p.name for p in out.iterdir()), tasks={"train": len(train), "eval": len(evals)}))
+        job.write_manifest()
+        return job
+
+    def validate(self, job: Job) -> Report:
+        """Build TRL's GRPOConfig, the tokenizer, the agent and check the chat template; one line per problem."""
+        from agentbridge_trl.validate import validate_job
+
+        problems = validate_job(job.path)
+        return Report(ok=not problems, problems=problems)
+
+    def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
+               extra_args: list[str] | None = None) -> Path:
+        """Run ``launch.sh`` with this interpreter (or ``runner``'s); returns the run directory."""
+        spec_name = job.path.name
+        run_dir = run_dir or Path("runs") / spec_name
+        env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": getattr(runner, "python", sys.executable)}
+        result = subprocess.run(["bash", str(job.path / "launch.sh"), *(extra_args or [])], env=env)
+        if result.returncode != 0:
+            raise JobError(f"the TRL job failed (exit {result.returncode}); see the output above")
+        return run_dir
+
+
+def _script(path: Path, lines: list[str]) -> None:
+    head = ["#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"']
+    path.write_text("\n".join(head + lines) + "\n")
+    path.chmod(0o755)
+
+
+def _submit_lines(spec: Spec, entry: str) -> list[str]:
+    """``accelerate launch`` over ``resources``; vLLM in colocate mode, or a server started on the last GPU."""
+    nodes, gpus = spec.resources.nodes, max(1, spec.resources.gpus_per_node)
+    options = {**OPTIONS, **spec.backend.options}
+    lines = [
+        "# Multi-GPU / multi-node: run on every node with MACHINE_RANK and MAIN_PROCESS_IP set.",
+        f"NUM_MACHINES=${{NUM_MACHINES:-{nodes}}}",
+        f"GPUS_PER_NODE=${{GPUS_PER_NODE:-{gpus}}}",
+        "MACHINE_RANK=${MACHINE_RANK:-0}",
+        "MAIN_PROCESS_IP=${MAIN_PROCESS_IP:-127.0.0.1}",
+        "TRAIN_GPUS=$GPUS_PER_NODE",
+    ]
+    if options["use_vllm"] and options["vllm_mode"] == "server" and not options["vllm_server_base_url"]:
+        lines += [
+            "# vLLM server mode: the last GPU of node 0 serves generation, the others train.",
+            "TRAIN_GPUS=$((GPUS_PER_NODE - 1))",
+            'if [ "$MACHINE_RANK" = 0 ]; then',
+            "  MODEL=$(\"${PYTHON:-python}\" -c 'import sys,yaml; from agentbridge.models import resolve_model_path; "
+            "print(resolve_model_path(yaml.safe_load(open(sys.argv[1]))[\"model\"][\"path\"]))' \"$JOB/spec.yaml\")",
+            "  CUDA_VISIBLE_DEVICES=$TRAIN_GPUS VLLM_SERVER_DEV_MODE=1 vllm serve \"$MODEL\" "
+            "--weight-transfer-config '{\"backend\": \"nccl\"}' --logprobs-mode processed_logprobs "
+            "--max-logprobs -1 &",
+            "  trap 'kill %1' EXIT",
+            "fi",
+        ]
+    lines += [
+        "exec accelerate launch --num_machines \"$NUM_MACHINES\" --machine_rank \"$MACHINE_RANK\" \\",
+        "  --main_process_ip \"$MAIN_PROCESS_IP\" --num_processes $((NUM_MACHINES * TRAIN_GPUS)) \\",
+        f"  --mixed_precision bf16 {entry} \"$@\"",
+    ]
+    return lines
+
+
+def chat_template_hash(template: str) -> str:
+    return hashlib.sha256(template.encode()).hexdigest()

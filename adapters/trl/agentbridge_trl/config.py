@@ -1,0 +1,87 @@
+"""Map a spec to TRL's ``GRPOConfig`` arguments and reward functions (pure: imports no TRL)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agentbridge.rewards import PROCESS
+from agentbridge.spec.models import Spec
+
+# How each agentbridge algorithm runs on GRPOTrainer with a custom multi-turn rollout.
+ALGORITHMS: dict[str, dict[str, Any]] = {
+    "grpo": {"loss_type": "grpo", "scale_rewards": "group"},
+    "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
+    "dapo": {"loss_type": "dapo", "scale_rewards": "group", "epsilon_high": 0.28, "mask_truncated_completions": True},
+    "gspo": {"loss_type": "grpo", "scale_rewards": "group", "importance_sampling_level": "sequence",
+             "epsilon": 3e-4, "epsilon_high": 4e-4},
+}
+WHY_NOT = {
+    "rloo": "TRL's RLOOTrainer takes no rollout_func, so it cannot run agentbridge's multi-turn driver",
+    "reinforce_pp": "TRL has no REINFORCE++ trainer",
+    "ppo": "TRL's GRPOTrainer has no critic (PPO with a value model)",
+}
+# options a spec may set under backend.options, and their defaults
+OPTIONS: dict[str, Any] = {"use_vllm": False, "vllm_mode": "colocate", "vllm_server_base_url": None,
+                           "vllm_gpu_memory_utilization": 0.3, "vllm_tensor_parallel_size": 1,
+                           "gradient_checkpointing": False, "log_completions": False, "eval_size": None}
+
+
+def reward_key(component: str) -> str:
+    """The rollout extra key (and reward function name) carrying one driver reward component."""
+    return "ab_" + re.sub(r"\W", "_", component)
+
+
+def reward_components(spec: Spec) -> list[tuple[str, float]]:
+    """(component, weight) for each reward TRL will log: the spec's rewards, then the process reward."""
+    return [(r.id, r.weight) for r in spec.reward] + [(PROCESS, 1.0)]
+
+
+def world_size(spec: Spec) -> int:
+    return max(1, spec.resources.nodes * spec.resources.gpus_per_node)
+
+
+def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
+    """``GRPOConfig(**kwargs)`` for this spec; ``backend.overrides`` are applied last, verbatim."""
+    algo = spec.algorithm
+    options = {**OPTIONS, **spec.backend.options}
+    on_cpu = spec.resources.gpus_per_node == 0
+    completions_per_step = algo.batch_size * algo.group_size
+    kwargs: dict[str, Any] = {
+        "output_dir": output_dir,
+        "learning_rate": algo.lr,
+        "max_steps": algo.steps,
+        "warmup_steps": algo.warmup_steps,
+        "beta": algo.kl_coef,
+        "num_generations": algo.group_size,
+        "per_device_train_batch_size": max(1, completions_per_step // world_size(spec)),
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": 1,
+        "max_completion_length": spec.agent.max_response_tokens,
+        "temperature": max(spec.agent.sampling.temperature, 1e-5),
+        "top_p": spec.agent.sampling.top_p,
+        "top_k": spec.agent.sampling.top_k,
+        "reward_weights": [w for _, w in reward_components(spec)],
+        "seed": spec.seed,
+        "data_seed": spec.seed,
+        "use_cpu": on_cpu,
+        "bf16": not on_cpu,
+        "gradient_checkpointing": bool(options["gradient_checkpointing"]),
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "disable_tqdm": True,
+        "log_completions": bool(options["log_completions"]),
+        "use_vllm": bool(options["use_vllm"]),
+        **ALGORITHMS.get(algo.name, {}),
+    }
+    if options["use_vllm"]:
+        kwargs["vllm_mode"] = options["vllm_mode"]
+        if options["vllm_mode"] == "colocate":
+            kwargs["vllm_gpu_memory_utilization"] = options["vllm_gpu_memory_utilization"]
+            kwargs["vllm_tensor_parallel_size"] = options["vllm_tensor_parallel_size"]
+        elif options["vllm_server_base_url"]:
+            kwargs["vllm_server_base_url"] = options["vllm_server_base_url"]
+        kwargs["vllm_max_model_length"] = spec.agent.max_prompt_tokens + spec.agent.max_response_tokens
+    kwargs.update(spec.backend.overrides)
+    return kwargs

@@ -1,0 +1,111 @@
+"""agentbridge's rollout driver inside TRL: a ``rollout_func`` and the generators it drives.
+
+Each prompt TRL hands over carries its task (a JSON string in the user message's ``task`` field). For each
+one the driver runs a full episode with TRL's generator: vLLM when the trainer uses it, the training model's
+``generate`` otherwise. The result is TRL's rollout dict: ``prompt_ids``, ``completion_ids``, ``logprobs``,
+``env_mask`` (the driver's ``response_mask``) and one extra key per reward component.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from agentbridge.env import Task
+from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.batching import BatchingPolicy, cut_at_eos
+from agentbridge.rollout.hf_policy import HFPolicy
+from agentbridge.rollout.trajectory import Generation, SamplingParams, Trajectory
+from agentbridge_trl.config import reward_key
+
+
+def prompt_row(task: Task) -> list[dict[str, str]]:
+    """The dataset ``prompt`` for a task: one user message that carries the task itself."""
+    return [{"role": "user", "content": task.prompt, "task": json.dumps(task.to_dict(), sort_keys=True)}]
+
+
+def task_of(prompt: list[dict[str, Any]]) -> Task:
+    for message in prompt:
+        if message.get("task"):
+            return Task.from_dict(json.loads(message["task"]))
+    raise ValueError("a prompt reached the rollout without its task; build the dataset with prompt_row()")
+
+
+class VLLMPolicy(BatchingPolicy):
+    """TRL's vLLM generator (colocate or server), one completion per request."""
+
+    def __init__(self, vllm_generation: Any, eos_id: int, max_batch: int = 256) -> None:
+        super().__init__(max_batch)
+        self.vg = vllm_generation
+        self.eos_id = eos_id
+
+    def generate_batch(self, prompts: list[list[int]], budgets: list[int], sampling: SamplingParams,
+                       images: list[list[Any] | None] | None) -> list[Generation]:
+        self.vg.max_completion_length = max(budgets)  # the per-turn budget of this batch
+        _, completions, logprobs, _ = self.vg.generate(prompts=prompts, images=images, num_generations=1)
+        return [cut_at_eos(list(ids), [float(lp[0]) if lp and lp[0] is not None else 0.0 for lp in lps], budget,
+                           self.eos_id)
+                for ids, lps, budget in zip(completions, logprobs, budgets, strict=True)]
+
+
+class AgentRollout:
+    """``rollout_func(prompts, trainer)`` running agentbridge's driver; keeps the last batch for inspection."""
+
+    def __init__(self, agent: Agent, components: list[str], *, concurrency: int = 256,
+                 on_batch: Callable[[list[Trajectory]], None] | None = None) -> None:
+        self.agent = agent
+        self.components = components
+        self.concurrency = concurrency
+        self.on_batch = on_batch
+        self.last: list[Trajectory] = []
+        self.seen_task_ids: list[str] = []
+
+    def policy(self, trainer: Any, model: Any) -> BatchingPolicy:
+        if getattr(trainer, "use_vllm", False):
+            return VLLMPolicy(trainer.vllm_generation, self.agent.renderer.eos_token_id)
+        return HFPolicy(model, self.agent.tokenizer, max_batch=self.concurrency)
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        from trl.models.utils import unwrap_model_for_generation
+
+        tasks = [task_of(p) for p in prompts]
+        self.seen_task_ids += [t.id for t in tasks]
+        gather = getattr(trainer.args, "ds3_gather_for_generation", True)
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                         gather_deepspeed3_params=gather) as model:
+            trajs = asyncio.run(self.agent.run(tasks, self.policy(trainer, model), concurrency=self.concurrency))
+        self.last = trajs
+        if self.on_batch is not None:
+            self.on_batch(trajs)
+        return to_rollout_output(trajs, self.components, self.agent.renderer.eos_token_id)
+
+
+def to_rollout_output(trajs: list[Trajectory], components: list[str], eos_id: int) -> dict[str, Any]:
+    """TRL's rollout dict from driver trajectories (an empty response becomes one masked EOS token)."""
+    out: dict[str, Any] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": []}
+    for t in trajs:
+        ids, mask, lps = (t.response_ids, t.response_mask, t.logprobs) if t.response_ids else ([eos_id], [0], [0.0])
+        out["prompt_ids"].append(list(t.prompt_ids) or [eos_id])
+        out["completion_ids"].append(list(ids))
+        out["env_mask"].append(list(mask))
+        out["logprobs"].append(list(lps))
+    for name in components:
+        out[reward_key(name)] = [t.reward_components.get(name, 0.0) for t in trajs]
+    return out
+
+
+def reward_functions(components: list[str]) -> list[Callable[..., list[float]]]:
+    """One TRL reward function per driver component, named uniquely; each reads its rollout extra key."""
+    funcs = []
+    for name in components:
+        key = reward_key(name)
+
+        def read(completions: list[Any], _key: str = key, **kwargs: Any) -> list[float]:
+            return [float(v) for v in kwargs[_key]]
+
+        read.__name__ = key
+        read.__qualname__ = key
+        funcs.append(read)
+    return funcs

@@ -1,0 +1,102 @@
+"""Compile, validate and capability checks of the TRL backend; bad specs fail with one line each."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbridge.backends import Job
+from agentbridge.spec import load_spec
+from agentbridge_trl.backend import TrlBackend
+from agentbridge_trl.config import grpo_config_kwargs
+
+from .conftest import SMALL
+
+
+def compiled(tmp_path: Path, *sets: str) -> Job:
+    spec = load_spec("examples/calculator.yaml", [*SMALL, *sets])
+    return TrlBackend().compile(spec, tmp_path / "job")
+
+
+def test_compile_writes_a_self_contained_job(tmp_path: Path) -> None:
+    job = compiled(tmp_path)
+    for name in ("manifest.json", "spec.yaml", "grpo_config.json", "launch.sh", "submit.sh", "data"):
+        assert (job.path / name).exists(), name
+    rows = (job.path / "data" / "train.jsonl").read_text().splitlines()
+    assert len(rows) == 32 and json.loads(rows[0])["data"]["answer"]
+    manifest = json.loads((job.path / "manifest.json").read_text())
+    assert manifest["backend"] == "trl" and len(manifest["spec_hash"]) == 64 and manifest["seed"] == 0
+    assert "agentbridge_trl.entry" in (job.path / "launch.sh").read_text()
+    submit = (job.path / "submit.sh").read_text()
+    assert "accelerate launch" in submit and "--num_machines" in submit
+
+
+def test_validate_passes_for_the_example(tmp_path: Path) -> None:
+    report = TrlBackend().validate(compiled(tmp_path))
+    assert report.ok, [str(p) for p in report.problems]
+
+
+@pytest.mark.parametrize("name, loss", [("grpo", "grpo"), ("dr_grpo", "dr_grpo"), ("dapo", "dapo"), ("gspo", "grpo")])
+def test_algorithm_mapping_builds_a_grpo_config(name: str, loss: str, tmp_path: Path) -> None:
+    from trl import GRPOConfig
+
+    spec = load_spec("examples/calculator.yaml", [f"algorithm.name={name}"])
+    config = GRPOConfig(**grpo_config_kwargs(spec, str(tmp_path)))
+    assert config.loss_type == loss and config.num_generations == 4 and config.per_device_train_batch_size == 32
+    assert config.reward_weights == [1.0, 0.1, 1.0]
+    if name == "gspo":
+        assert config.importance_sampling_level == "sequence"
+    if name == "dr_grpo":
+        assert config.scale_rewards == "none"
+
+
+def test_ppo_is_refused_naming_the_backends_that_can() -> None:
+    spec = load_spec("examples/calculator.yaml", ["algorithm.name=ppo"])
+    (problem,) = TrlBackend().check(spec)
+    assert str(problem).startswith("algorithm.name: trl cannot run 'ppo'")
+    assert "backends that can: openrlhf, verl" in str(problem) and "critic" in str(problem)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentbridge.cli", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_validate_cli_one_line_for_ppo() -> None:
+    res = cli("validate", "examples/calculator.yaml", "--backend", "trl", "--set", "algorithm.name=ppo")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "backends that can: openrlhf, verl" in res.stderr
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["model.path=/nonexistent/model"], "model.path: model.path: '/nonexistent/model' is not a local model"),
+    (["backend.overrides.num_generations=3"], "GRPOConfig rejects it"),
+    (["backend.options.turbo=true"], "backend.options.turbo: unknown TRL option"),
+])
+def test_broken_jobs_fail_check_with_one_line(tmp_path: Path, sets: list[str], needle: str) -> None:
+    job = compiled(tmp_path, *sets)
+    res = cli("check", str(job.path))
+    assert res.returncode == 1, res.stdout
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert any(needle in line for line in lines), lines
+    assert all(line.startswith("error: ") for line in lines)
+
+
+def test_template_that_cannot_render_tool_calls_fails_before_training(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.jinja"
+    plain.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    res = cli("train", "examples/calculator.yaml", "--set", f"model.chat_template={plain}", "-o", str(tmp_path / "r"))
+    assert res.returncode == 1 and "does not render tool calls" in res.stderr
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_unknown_backend_is_one_line(tmp_path: Path) -> Any:
+    res = cli("compile", "examples/calculator.yaml", "--backend", "verl")
+    assert res.returncode == 1 and "install agentbridge-verl" in res.stderr
