@@ -66,7 +66,7 @@ def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
         "data_seed": spec.seed,
         "use_cpu": on_cpu,
         "bf16": not on_cpu,
-        "gradient_checkpointing": bool(options["gradient_checkpointing"]),
+        "activation_checkpointing": bool(options["gradient_checkpointing"]),
         "logging_steps": 1,
         "save_strategy": "no",
         "report_to": "none",

@@ -39,7 +39,7 @@ def validate_job(job_dir: Path) -> list[Problem]:
     try:
         tokenizer = load_tokenizer(spec.model.path)
     except (ModelError, OSError, ValueError) as e:
-        return [*problems, Problem("model.path", str(e).splitlines()[0])]
+        return [*problems, Problem("model.path", str(e).splitlines()[0].removeprefix("model.path: "))]
     try:
         agent = Agent(spec, tokenizer)
     except ValueError as e:

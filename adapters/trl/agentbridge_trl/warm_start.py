@@ -105,7 +105,7 @@ def warm_start(model: Any, tokenizer: Any, trajs: list[Trajectory], ws: WarmStar
                        max_steps=total, lr_scheduler_type="constant_with_warmup", warmup_steps=min(20, total // 10),
                        logging_steps=10, save_strategy="no", report_to="none", seed=seed, data_seed=seed,
                        use_cpu=use_cpu, bf16=not use_cpu, disable_tqdm=True, max_length=None,
-                       gradient_checkpointing=False)
+                       activation_checkpointing=False)
     trainer = PrefixSharedSFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(sft_rows(trajs)),
                          processing_class=tokenizer, callbacks=[Progress()])
     result = trainer.train()

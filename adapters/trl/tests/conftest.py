@@ -9,7 +9,12 @@ import pytest
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 SMALL = ["algorithm.steps=2", "algorithm.batch_size=2", "algorithm.group_size=4",
-         "data.train.size=32", "data.eval.size=8", "agent.max_tokens_per_turn=24"]
+         "data.train.size=32", "data.eval.size=8"]
+
+
+@pytest.fixture(scope="session")
+def small_sets() -> list[str]:
+    return list(SMALL)
 
 
 @pytest.fixture(scope="session")

@@ -15,16 +15,14 @@ from agentbridge.spec import load_spec
 from agentbridge_trl.backend import TrlBackend
 from agentbridge_trl.config import grpo_config_kwargs
 
-from .conftest import SMALL
 
-
-def compiled(tmp_path: Path, *sets: str) -> Job:
-    spec = load_spec("examples/calculator.yaml", [*SMALL, *sets])
+def compiled(tmp_path: Path, small: list[str], *sets: str) -> Job:
+    spec = load_spec("examples/calculator.yaml", [*small, *sets])
     return TrlBackend().compile(spec, tmp_path / "job")
 
 
-def test_compile_writes_a_self_contained_job(tmp_path: Path) -> None:
-    job = compiled(tmp_path)
+def test_compile_writes_a_self_contained_job(tmp_path: Path, small_sets: list[str]) -> None:
+    job = compiled(tmp_path, small_sets)
     for name in ("manifest.json", "spec.yaml", "grpo_config.json", "launch.sh", "submit.sh", "data"):
         assert (job.path / name).exists(), name
     rows = (job.path / "data" / "train.jsonl").read_text().splitlines()
@@ -36,8 +34,8 @@ def test_compile_writes_a_self_contained_job(tmp_path: Path) -> None:
     assert "accelerate launch" in submit and "--num_machines" in submit
 
 
-def test_validate_passes_for_the_example(tmp_path: Path) -> None:
-    report = TrlBackend().validate(compiled(tmp_path))
+def test_validate_passes_for_the_example(tmp_path: Path, small_sets: list[str]) -> None:
+    report = TrlBackend().validate(compiled(tmp_path, small_sets))
     assert report.ok, [str(p) for p in report.problems]
 
 
@@ -74,12 +72,13 @@ def test_validate_cli_one_line_for_ppo() -> None:
 
 
 @pytest.mark.parametrize("sets, needle", [
-    (["model.path=/nonexistent/model"], "model.path: model.path: '/nonexistent/model' is not a local model"),
+    (["model.path=/nonexistent/model"], "model.path: '/nonexistent/model' is not a local model"),
     (["backend.overrides.num_generations=3"], "GRPOConfig rejects it"),
     (["backend.options.turbo=true"], "backend.options.turbo: unknown TRL option"),
 ])
-def test_broken_jobs_fail_check_with_one_line(tmp_path: Path, sets: list[str], needle: str) -> None:
-    job = compiled(tmp_path, *sets)
+def test_broken_jobs_fail_check_with_one_line(tmp_path: Path, small_sets: list[str], sets: list[str],
+                                              needle: str) -> None:
+    job = compiled(tmp_path, small_sets, *sets)
     res = cli("check", str(job.path))
     assert res.returncode == 1, res.stdout
     assert "Traceback" not in res.stderr

@@ -45,13 +45,18 @@ def trained(spec: Any, tmp_path: Any, scripted_share: bool = True) -> dict[str, 
 
     def spy_loss(model: Any, inputs: dict[str, Any]) -> Any:
         mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
-        seen["masks"].append(mask.detach().clone())
+        seen["masks"].append((inputs["completion_ids"].detach().clone(), mask.detach().clone()))
         seen["trajs"].append(list(rollout.last))
         return original_loss(model, inputs)
 
     trainer._compute_loss = spy_loss  # type: ignore[method-assign]
-    original_log = trainer.log
-    trainer.log = lambda logs, *a, **k: (seen["logs"].append(dict(logs)), original_log(logs, *a, **k))[1]
+    from transformers import TrainerCallback
+
+    class Logs(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            seen["logs"].append(dict(logs or {}))
+
+    trainer.add_callback(Logs())
     trainer.train()
     changed = any(not torch.equal(before[n], p.detach()) for n, p in model.named_parameters())
     return {"seen": seen, "changed": changed, "task_ids": list(rollout.seen_task_ids)}
@@ -69,9 +74,10 @@ def test_weights_change(run: dict[str, Any]) -> None:
 def test_loss_mask_equals_driver_response_mask(run: dict[str, Any]) -> None:
     assert run["seen"]["masks"]
     tool_tokens = 0
-    for mask, trajs in zip(run["seen"]["masks"], run["seen"]["trajs"], strict=True):
+    for (ids, mask), trajs in zip(run["seen"]["masks"], run["seen"]["trajs"], strict=True):
         assert mask.shape[0] == len(trajs)
-        for row, traj in zip(mask.tolist(), trajs, strict=True):
+        for row_ids, row in zip(ids.tolist(), mask.tolist(), strict=True):  # TRL shuffles rows after generation
+            traj = next(t for t in trajs if row_ids[: len(t.response_ids)] == t.response_ids)
             want = traj.response_mask
             assert row[: len(want)] == want
             assert not any(row[len(want):])

@@ -7,16 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import SMALL
-
 NORMALIZED = ("step", "reward/mean", "reward/std", "reward/math/exact_answer", "episode/turns",
               "episode/response_tokens", "tools/calls", "tools/failures", "finish/done", "finish/length",
               "time/step_s", "time/generate_s", "time/env_s", "throughput/tokens_per_s", "memory/peak_gb")
 
 
-def test_train_writes_the_run_directory(tmp_path: Path) -> None:
+def test_train_writes_the_run_directory(tmp_path: Path, small_sets: list[str]) -> None:
     run = tmp_path / "run"
-    sets = [*SMALL, "algorithm.warm_start.demos=64", "algorithm.warm_start.epochs=1",
+    sets = [*small_sets, "algorithm.warm_start.demos=64", "algorithm.warm_start.epochs=1",
             "algorithm.warm_start.batch_size=16"]
     args = [sys.executable, "-m", "agentbridge.cli", "train", "examples/calculator.yaml", "-o", str(run)]
     for s in sets:

@@ -6,9 +6,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from agentbridge_wordplay import plugin
-from agentbridge_wordplay.rewards import exact_reverse
-from agentbridge_wordplay.tasks import word_tasks
 
 from agentbridge.env import Task
 from agentbridge.plugins import Plugins
@@ -16,6 +13,9 @@ from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.rollout.trajectory import Trajectory, Turn
 from agentbridge.spec import load_spec
+from agentbridge_wordplay import plugin
+from agentbridge_wordplay.rewards import exact_reverse
+from agentbridge_wordplay.tasks import word_tasks
 
 SPEC = Path(__file__).resolve().parents[1] / "spec.yaml"
 
