@@ -10,9 +10,7 @@ pip() { .venv/bin/python -m pip "$@"; }
 echo "[install] torch (CPU build) and agentbridge into .venv"
 pip install -q torch==2.13.0
 pip install -q -e '.[hf,plot]' -e plugins/math "$@"
-for adapter in adapters/*/; do
-  [ -f "$adapter/pyproject.toml" ] && pip install -q -e "$adapter[backend]"
-done
+pip install -q -e 'adapters/trl[backend]'   # TRL shares the main environment
 # the real Qwen2.5 vocabulary (qwen.tiktoken) ships in the dashscope wheel; only that file is used
 pip install -q --no-deps dashscope
 echo "[install] done: $(.venv/bin/agentbridge --version)"

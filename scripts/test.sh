@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Install everything the tests need into .venv, then run lint and every test suite.
+# Install everything the tests need, then run lint and every test suite.
+#  - .venv: agentbridge, its plugins and the TRL adapter (TRL shares the main environment);
+#  - adapters/<name>/test.sh: an adapter whose backend pins conflict creates its own venv there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh pytest ruff
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 echo "[test] ruff"
 .venv/bin/ruff check .
-echo "[test] pytest"
-suites=(tests plugins/*/tests examples/plugin-package/tests)
-for adapter in adapters/*/; do [ -d "$adapter/tests" ] && suites+=("$adapter/tests"); done
+echo "[test] pytest (core, plugins, examples, TRL adapter)"
+suites=(tests plugins/*/tests examples/plugin-package/tests adapters/trl/tests)
 .venv/bin/python -m pytest -q "${suites[@]}" "$@"
+for script in adapters/*/test.sh; do
+  [ -e "$script" ] || continue
+  echo "[test] $script"
+  bash "$script"
+done
