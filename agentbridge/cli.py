@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import sys
 from collections.abc import Callable
@@ -137,7 +136,7 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
 
     from agentbridge.plugins import PluginError
     from agentbridge.rollout.agent import Agent
-    from agentbridge.runs import episode_metrics, manifest, write_jsonl
+    from agentbridge.runs import episode_metrics, manifest, text_hash, write_jsonl
     from agentbridge.spec import spec_hash
 
     console = Console(stderr=True)
@@ -165,8 +164,8 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
     if out:
         out_dir = Path(out)
         write_jsonl(out_dir / "trajectories.jsonl", (t.to_dict() for t in trajs))
-        template_hash = hashlib.sha256(agent.renderer.chat_template.encode()).hexdigest()
-        info = manifest(kind="rollout", spec_hash=spec_hash(spec), seed=spec.seed, chat_template_hash=template_hash,
+        info = manifest(kind="rollout", spec_hash=spec_hash(spec), seed=spec.seed,
+                        chat_template_hash=text_hash(agent.renderer.chat_template),
                         policy=policy_kind, episodes=len(trajs))
         (out_dir / "manifest.json").write_text(json.dumps(info, indent=2) + "\n")
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import platform
@@ -75,6 +76,11 @@ def package_version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+def text_hash(text: str) -> str:
+    """sha256 of a text (chat templates, specs) as recorded in manifests."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def manifest(*, kind: str, spec_hash: str, seed: int, command: list[str] | None = None,

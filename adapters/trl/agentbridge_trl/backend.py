@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -35,11 +34,14 @@ class TrlBackend:
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            algorithms=sorted(ALGORITHMS), multimodal=False, tool_images=False, max_turns=None,
+            algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None,
             async_rollout=False, scale_out="accelerate launch (multi-GPU / multi-node), vLLM colocate or server",
             notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()]
-                  + ["images: TRL 1.16's rollout_func cannot add images to the forward pass; VLM agents are not "
-                     "supported by this adapter yet"])
+                  + ["images: a vision-language model (e.g. builtin:tiny-vl) trains with AgentVLMGRPOTrainer, a "
+                     "GRPOTrainer subclass that puts the driver's prompt and tool-result images in the forward "
+                     "pass (TRL 1.16's rollout_func alone cannot); same ids, masks and rewards as text agents",
+                     "images: checked on CPU with model.generate (Qwen2-VL); vLLM generation with images goes "
+                     "through TRL's vLLM client and is not exercised on CPU"])
 
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` TRL cannot run, one line each (needs no TRL installed)."""
@@ -150,6 +152,3 @@ def _submit_lines(spec: Spec, entry: str) -> list[str]:
     ]
     return lines
 
-
-def chat_template_hash(template: str) -> str:
-    return hashlib.sha256(template.encode()).hexdigest()

@@ -30,7 +30,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
 
     from agentbridge.models import resolve_model_path
     from agentbridge.rollout.agent import Agent, read_tasks_jsonl
-    from agentbridge.runs import manifest, package_version
+    from agentbridge.runs import manifest, package_version, text_hash
     from agentbridge.spec import load_spec, spec_hash
     from agentbridge_trl.evaluate import evaluate
     from agentbridge_trl.report import write_report
@@ -52,10 +52,8 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     if problems:
         raise ValueError(f"model.chat_template: {problems[0]}")
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(spec.model.path))
-    import hashlib
-
     info = manifest(kind="run", backend="trl", spec_hash=spec_hash(spec), seed=spec.seed,
-                    chat_template_hash=hashlib.sha256(agent.renderer.chat_template.encode()).hexdigest(),
+                    chat_template_hash=text_hash(agent.renderer.chat_template),
                     job=str(job_dir), versions={"agentbridge-trl": package_version("agentbridge-trl"),
                                                 "trl": package_version("trl"),
                                                 "transformers": package_version("transformers"),
