@@ -1,4 +1,5 @@
-"""Built-in tiny CPU models (``builtin:tiny``, ``builtin:tiny-qwen2.5``), built offline once and cached.
+"""Built-in tiny CPU models (``builtin:tiny``, ``builtin:tiny-qwen2.5``, ``builtin:tiny-vl``), built offline once
+and cached.
 
 Heavy libraries (torch, transformers, tokenizers, tiktoken) are imported lazily inside functions.
 """
@@ -22,7 +23,12 @@ RECIPE_VERSION = 1
 BUILTIN_MODELS: dict[str, str] = {
     "builtin:tiny": "4-layer 128-wide random-init Qwen2, 4096-token byte-level BPE; fastest smoke tests",
     "builtin:tiny-qwen2.5": "2-layer 64-wide Qwen2 (random init) with the real 151k Qwen2.5 tokenizer",
+    "builtin:tiny-vl": "2-layer 64-wide random-init Qwen2-VL (vision depth 1), 4096-token BPE with the vision "
+                       "tokens, Qwen2.5-VL chat template, small-image Qwen2VLImageProcessor",
 }
+VISION_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
+# builtin:tiny-vl images are resized to 4..16 units of 28x28 pixels: 16..64 patches, 4..16 visual tokens each
+TINY_VL_MIN_PIXELS, TINY_VL_MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 16
 TINY_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
                  "<tool_response>", "</tool_response>", "<think>", "</think>"]
 QWEN_PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
@@ -48,9 +54,9 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "agentbridge"
 
 
-def chat_template() -> str:
-    """The vendored Qwen2.5 chat template."""
-    template = importlib.resources.files("agentbridge") / "templates" / "qwen2_5.jinja"
+def chat_template(name: str = "qwen2_5") -> str:
+    """A vendored chat template (``qwen2_5`` by default, or ``qwen2_5_vl``)."""
+    template = importlib.resources.files("agentbridge") / "templates" / f"{name}.jinja"
     return template.read_text(encoding="utf-8")
 
 
@@ -110,14 +116,15 @@ def _wrap(tok_obj: Any, extra: list[str]) -> Any:
                                    model_max_length=4096, chat_template=chat_template())
 
 
-def _tiny_tokenizer() -> Any:
+def _tiny_tokenizer(extra: list[str] | None = None) -> Any:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+    specials = TINY_SPECIALS + (extra or [])
     tok = _qwen_pipeline(Tokenizer(models.BPE()))
-    trainer = trainers.BpeTrainer(vocab_size=4096, special_tokens=TINY_SPECIALS, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=4096, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_corpus(), trainer=trainer)
-    return _wrap(tok, TINY_SPECIALS[3:])
+    return _wrap(tok, specials[3:])
 
 
 def _qwen_tokenizer() -> Any:
@@ -135,12 +142,41 @@ def _qwen_tokenizer() -> Any:
     return _wrap(_qwen_pipeline(tok), QWEN_SPECIALS[3:])
 
 
-def _build(name: str, out: Path) -> None:
-    """Build tokenizer + random-init Qwen2 for builtin ``name`` into directory ``out``."""
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-    from transformers.utils import logging as hf_logging
+def _vl_model(tok: Any) -> Any:
+    """A random-init Qwen2-VL sized like builtin:tiny-qwen2.5, with a one-block vision tower."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
+    ids = {t: tok.convert_tokens_to_ids(t) for t in VISION_SPECIALS}
+    eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+    config = Qwen2VLConfig(
+        text_config={"vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+                     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+                     "eos_token_id": eos, "pad_token_id": pad, "bos_token_id": None, "tie_word_embeddings": True},
+        vision_config={"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 2,
+                       "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True, eos_token_id=eos, pad_token_id=pad)
+    return Qwen2VLForConditionalGeneration(config)
+
+
+def _build(name: str, out: Path) -> None:
+    """Build tokenizer + random-init Qwen2 (or Qwen2-VL) for builtin ``name`` into directory ``out``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if name == "builtin:tiny-vl":
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        tok = _tiny_tokenizer(VISION_SPECIALS)
+        tok.chat_template = chat_template("qwen2_5_vl")
+        torch.manual_seed(0)
+        model = _vl_model(tok)
+        size = {"shortest_edge": TINY_VL_MIN_PIXELS, "longest_edge": TINY_VL_MAX_PIXELS}
+        Qwen2VLImageProcessorPil(size=size).save_pretrained(out)
+        _save(name, out, tok, model)
+        return
     if name == "builtin:tiny":
         tok, dims = _tiny_tokenizer(), {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}
     else:
@@ -150,7 +186,14 @@ def _build(name: str, out: Path) -> None:
                          max_position_embeddings=4096, tie_word_embeddings=True, eos_token_id=eos,
                          pad_token_id=pad, bos_token_id=None, **dims)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)
+    _save(name, out, tok, Qwen2ForCausalLM(config))
+
+
+def _save(name: str, out: Path, tok: Any, model: Any) -> None:
+    from transformers import GenerationConfig
+    from transformers.utils import logging as hf_logging
+
+    eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -202,6 +245,31 @@ def resolve_model_path(path: str) -> Path:
         return local
     raise ModelError(f"model.path: '{path}' is not a local model directory (no config.json) and not a "
                      f"builtin ({', '.join(BUILTIN_MODELS)}); hub ids cannot be downloaded here")
+
+
+def is_vlm(path: str | Path) -> bool:
+    """Whether a builtin name or local model directory holds a vision-language model (it has an image processor)."""
+    return (resolve_model_path(str(path)) / "preprocessor_config.json").is_file()
+
+
+def load_image_processor(path: str | Path) -> Any:
+    """The image processor saved with a VLM (``preprocessor_config.json``), or None for a text model.
+
+    Without torchvision, transformers falls back to the PIL implementation; that fallback is asked for directly
+    here so no warning is printed.
+    """
+    local = resolve_model_path(str(path))
+    config = local / "preprocessor_config.json"
+    if not config.is_file():
+        return None
+    kind = json.loads(config.read_text(encoding="utf-8")).get("image_processor_type", "")
+    if kind.startswith("Qwen2VLImageProcessor") and importlib.util.find_spec("torchvision") is None:
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        return Qwen2VLImageProcessorPil.from_pretrained(local)
+    from transformers import AutoImageProcessor
+
+    return AutoImageProcessor.from_pretrained(local)
 
 
 def load_tokenizer(path: str) -> Any:

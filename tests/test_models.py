@@ -183,3 +183,29 @@ def test_import_is_light() -> None:
             "heavy = [x for x in ('torch', 'transformers', 'tokenizers', 'tiktoken') if x in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], env=_env(), check=True)
+
+
+def test_tiny_vl_builds_deterministically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """builtin:tiny-vl: a random-init Qwen2-VL, the vision tokens, the vendored Qwen2.5-VL template, an image
+    processor config beside it; two builds are byte-identical."""
+    from transformers import AutoModelForImageTextToText
+
+    first = resolve_model_path("builtin:tiny-vl")
+    monkeypatch.setenv("AGENTBRIDGE_CACHE", str(tmp_path))
+    second = resolve_model_path("builtin:tiny-vl")
+    assert first != second
+    for name in ("tokenizer.json", "model.safetensors", "preprocessor_config.json", "config.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    tok = load_tokenizer(str(second))
+    assert len(tok) == 4096 and tok.chat_template == models.chat_template("qwen2_5_vl")
+    for special in models.VISION_SPECIALS + models.TINY_SPECIALS:
+        assert len(tok.encode(special, add_special_tokens=False)) == 1, special
+    model = AutoModelForImageTextToText.from_pretrained(second)
+    assert type(model).__name__ == "Qwen2VLForConditionalGeneration" and models.is_vlm(str(second))
+    assert model.config.image_token_id == tok.convert_tokens_to_ids("<|image_pad|>")
+    assert model.config.vision_config.depth == 1 and model.config.text_config.hidden_size == 64
+    assert json.loads((second / "agentbridge.json").read_text())["parameters"] == sum(
+        p.numel() for p in model.parameters())
+    processor = models.load_image_processor(str(second))
+    assert processor.size["longest_edge"] == models.TINY_VL_MAX_PIXELS and processor.merge_size == 2
+    assert models.load_image_processor("builtin:tiny") is None and not models.is_vlm("builtin:tiny")

@@ -3,14 +3,20 @@
 The prompt is rendered once. Each later observation is appended as the template's *continuation* tokens:
 the rendering of the new messages after a fixed short conversation, computed once per turn from that
 constant-size stub, never by re-tokenizing the growing conversation.
+
+Images: a vision-language template renders each image block as one placeholder (``<|image_pad|>`` for Qwen-VL).
+The model consumes that placeholder repeated once per visual token, a number the image processor decides from
+the image's size. The renderer expands each placeholder, in image order, so the ids it returns are exactly the
+ids the model's forward pass sees. Text-only messages skip all of this.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentbridge.env import Message
+from agentbridge.env import Message, images_of
 
+IMAGE_PLACEHOLDERS = ("<|image_pad|>", "<|image|>")  # Qwen-VL, then Llama-3.2-Vision style
 _STUB: list[Message] = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
 
 
@@ -22,8 +28,10 @@ class Renderer:
     """Token-level view of a chat template for one tool set."""
 
     def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None = None,
-                 chat_template: str | None = None) -> None:
+                 chat_template: str | None = None, image_processor: Any = None) -> None:
         self.tokenizer = tokenizer
+        self._image_processor = image_processor
+        self.image_token_id: int | None = image_token_id_of(tokenizer)
         self.tools = tools or None
         self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
         if not self.chat_template:
@@ -66,8 +74,9 @@ class Renderer:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def render_prompt(self, messages: list[Message]) -> list[int]:
-        """The prompt ids, ending with the assistant generation header."""
-        return self.encode(self.render_text(messages, add_generation_prompt=True))
+        """The prompt ids, ending with the assistant generation header (image placeholders expanded)."""
+        ids = self.encode(self.render_text(messages, add_generation_prompt=True))
+        return self.expand_images(ids, [im for m in messages for im in images_of(m)])
 
     def continuation(self, messages: list[Message]) -> list[int]:
         """Ids that follow an assistant turn's eos token: ``messages`` plus the next generation header."""
@@ -75,7 +84,50 @@ class Renderer:
         if full[: len(self._stub_ids)] != self._stub_ids:
             raise TemplateError("the chat template is not prefix-preserving: appending messages changed "
                                 "earlier tokens; use a *_training template or another model.chat_template")
-        return full[self._cut:]
+        return self.expand_images(full[self._cut:], [im for m in messages for im in images_of(m)])
+
+    @property
+    def image_processor(self) -> Any:
+        """The image processor that sizes each image's placeholder run (loaded from the tokenizer's model
+        directory on first use when none was given)."""
+        if self._image_processor is None:
+            source = getattr(self.tokenizer, "name_or_path", "") or ""
+            try:
+                from agentbridge.models import load_image_processor
+
+                self._image_processor = load_image_processor(source) if source else None
+            except Exception:  # noqa: BLE001 - reported below as the missing processor it means
+                self._image_processor = None
+            if self._image_processor is None:
+                raise TemplateError("the conversation has images but no image processor was found next to the "
+                                    f"tokenizer ({source or 'unknown path'}); use a vision-language model")
+        return self._image_processor
+
+    def image_tokens(self, image: Any) -> int:
+        """How many placeholder tokens the model consumes for ``image`` (its visual tokens)."""
+        proc = self.image_processor
+        merge = int(getattr(proc, "merge_size", 1) or 1) ** 2
+        count = getattr(proc, "get_number_of_image_patches", None)
+        if count is not None:
+            width, height = image.size
+            return int(count(height, width, {})) // merge
+        grid = proc(images=[image], return_tensors="pt")["image_grid_thw"]
+        return int(grid.prod()) // merge
+
+    def expand_images(self, ids: list[int], images: list[Any]) -> list[int]:
+        """Repeat the i-th image placeholder in ``ids`` once per visual token of ``images[i]``."""
+        if not images:
+            return ids
+        pad = self.image_token_id
+        found = ids.count(pad) if pad is not None else 0
+        if found != len(images):
+            raise TemplateError(f"the chat template rendered {found} image placeholders for {len(images)} images; "
+                                "use a vision-language chat template (e.g. model.chat_template: qwen2_5_vl)")
+        out: list[int] = []
+        queue = iter(images)
+        for token in ids:
+            out += [token] * self.image_tokens(next(queue)) if token == pad else [token]
+        return out
 
     def check(self) -> list[str]:
         """Problems that make this template unusable for multi-turn tool use (empty when fine)."""
@@ -100,3 +152,9 @@ class Renderer:
             problems.append("the chat template is not prefix-preserving (earlier turns change when a turn "
                             "is added); use a *_training template")
         return problems
+
+
+def image_token_id_of(tokenizer: Any) -> int | None:
+    """The id of the template's image placeholder token, or None for a text-only tokenizer."""
+    added = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
+    return next((int(added[t]) for t in IMAGE_PLACEHOLDERS if t in added), None)

@@ -3,7 +3,9 @@
 Each prompt TRL hands over carries its task (a JSON string in the user message's ``task`` field). For each
 one the driver runs a full episode with TRL's generator: vLLM when the trainer uses it, the training model's
 ``generate`` otherwise. The result is TRL's rollout dict: ``prompt_ids``, ``completion_ids``, ``logprobs``,
-``env_mask`` (the driver's ``response_mask``) and one extra key per reward component.
+``env_mask`` (the driver's ``response_mask``) and one extra key per reward component. When episodes saw images
+(prompt images, tool screenshots) it also returns them per sample under ``ab_images``, for the VLM trainer
+(``agentbridge_trl.vlm``) to put in the forward pass.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from agentbridge.rollout.batching import BatchingPolicy, cut_at_eos
 from agentbridge.rollout.hf_policy import HFPolicy
 from agentbridge.rollout.trajectory import Generation, SamplingParams, Trajectory
 from agentbridge_trl.config import reward_key
+
+IMAGES_KEY = "ab_images"  # per-sample images of a rollout, in placeholder order (read by the VLM trainer)
 
 
 def prompt_row(task: Task) -> list[dict[str, str]]:
@@ -65,6 +69,11 @@ class AgentRollout:
     def policy(self, trainer: Any, model: Any) -> BatchingPolicy:
         if getattr(trainer, "use_vllm", False):
             return VLLMPolicy(trainer.vllm_generation, self.agent.renderer.eos_token_id)
+        if getattr(trainer, "_is_vlm", False):
+            from agentbridge.rollout.hf_vlm_policy import HFVLMPolicy
+
+            return HFVLMPolicy(model, self.agent.tokenizer, trainer.processing_class.image_processor,
+                               max_batch=self.concurrency)
         return HFPolicy(model, self.agent.tokenizer, max_batch=self.concurrency)
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -93,6 +102,8 @@ def to_rollout_output(trajs: list[Trajectory], components: list[str], eos_id: in
         out["logprobs"].append(list(lps))
     for name in components:
         out[reward_key(name)] = [t.reward_components.get(name, 0.0) for t in trajs]
+    if any(t.images for t in trajs):
+        out[IMAGES_KEY] = [list(t.images) if t.prompt_ids else [] for t in trajs]  # ids and images agree
     return out
 
 

@@ -78,11 +78,28 @@ class RunLogger:
         return row
 
 
+def load_model(path: str) -> Any:
+    """The trainable model for ``model.path``: a causal LM, or an image-text-to-text model for a VLM."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from agentbridge.models import is_vlm, resolve_model_path
+
+    local = resolve_model_path(path)
+    auto = AutoModelForImageTextToText if is_vlm(local) else AutoModelForCausalLM
+    return auto.from_pretrained(local)
+
+
 def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_tasks: list[Any],
                   logger: RunLogger | None = None) -> tuple[Any, AgentRollout]:
-    """A GRPOTrainer whose rollouts are agentbridge episodes; returns it with its rollout function."""
+    """A GRPOTrainer whose rollouts are agentbridge episodes; returns it with its rollout function.
+
+    For a vision-language model it is ``AgentVLMGRPOTrainer`` with the model's processor, so the images the
+    episodes saw (prompt images, tool screenshots) reach every forward pass (``agentbridge_trl.vlm``).
+    """
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    from agentbridge_trl.vlm import is_vlm_model, make_processor, vlm_trainer_class
 
     components = [name for name, _ in reward_components(agent.spec)]
     timer = {"t": 0.0}
@@ -103,7 +120,11 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
             if logger is not None and logs is not None and "loss" in logs:
                 logger.log(state.global_step, logs)
 
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_functions(components), args=GRPOConfig(**grpo_kwargs),
-                          train_dataset=make_dataset(train_tasks), processing_class=agent.tokenizer,
+    trainer_cls, processing_class = GRPOTrainer, agent.tokenizer
+    if is_vlm_model(model):
+        trainer_cls = vlm_trainer_class()
+        processing_class = make_processor(model, agent.tokenizer, agent.renderer.image_processor)
+    trainer = trainer_cls(model=model, reward_funcs=reward_functions(components), args=GRPOConfig(**grpo_kwargs),
+                          train_dataset=make_dataset(train_tasks), processing_class=processing_class,
                           rollout_func=timed_rollout, callbacks=[LogCallback()])
     return trainer, rollout

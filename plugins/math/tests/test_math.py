@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agentbridge_math.calculator import evaluate
-from agentbridge_math.env import exact_number
-from agentbridge_math.tasks import arithmetic_tasks
 
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.rollout.trajectory import Trajectory, Turn
 from agentbridge.spec import load_spec
+from agentbridge_math.calculator import evaluate
+from agentbridge_math.env import exact_number
+from agentbridge_math.tasks import arithmetic_tasks
 
 
 @pytest.mark.parametrize("expr, want", [("15 + 27", "42"), ("(15 + 27) * 3", "126"), ("7 / 2", "3.5"),
