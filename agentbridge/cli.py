@@ -112,9 +112,12 @@ def _make_policy(kind: str, agent: Any) -> Any:
 
     if kind == "scripted":
         return lambda env: ScriptedPolicy.for_env(env, agent.tokenizer)
+    from agentbridge.models import is_vlm
     from agentbridge.rollout.hf_policy import HFPolicy
+    from agentbridge.rollout.hf_vlm_policy import HFVLMPolicy
 
-    return HFPolicy.from_pretrained(agent.spec.model.path, tokenizer=agent.tokenizer, seed=agent.spec.seed)
+    cls = HFVLMPolicy if is_vlm(agent.spec.model.path) else HFPolicy
+    return cls.from_pretrained(agent.spec.model.path, tokenizer=agent.tokenizer, seed=agent.spec.seed)
 
 
 @main.command()

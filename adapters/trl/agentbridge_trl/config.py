@@ -52,6 +52,7 @@ def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
         "learning_rate": algo.lr,
         "max_steps": algo.steps,
         "warmup_steps": algo.warmup_steps,
+        "lr_scheduler_type": "constant_with_warmup",
         "beta": algo.kl_coef,
         "num_generations": algo.group_size,
         "per_device_train_batch_size": max(1, completions_per_step // world_size(spec)),

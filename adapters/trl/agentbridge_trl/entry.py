@@ -25,16 +25,14 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     """Run the whole job; writes everything under ``run_dir`` and returns the eval results."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from agentbridge.models import resolve_model_path
     from agentbridge.rollout.agent import Agent, read_tasks_jsonl
     from agentbridge.runs import manifest, package_version, text_hash
     from agentbridge.spec import load_spec, spec_hash
     from agentbridge_trl.evaluate import evaluate
     from agentbridge_trl.report import write_report
-    from agentbridge_trl.trainer import RunLogger, build_trainer
+    from agentbridge_trl.trainer import RunLogger, build_trainer, load_model
     from agentbridge_trl.warm_start import demonstrations, warm_start
 
     hf_logging.set_verbosity_error()
@@ -51,7 +49,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     problems = agent.renderer.check()
     if problems:
         raise ValueError(f"model.chat_template: {problems[0]}")
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(spec.model.path))
+    model = load_model(spec.model.path)
     info = manifest(kind="run", backend="trl", spec_hash=spec_hash(spec), seed=spec.seed,
                     chat_template_hash=text_hash(agent.renderer.chat_template),
                     job=str(job_dir), versions={"agentbridge-trl": package_version("agentbridge-trl"),

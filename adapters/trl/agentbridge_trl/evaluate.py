@@ -7,8 +7,10 @@ from dataclasses import replace
 from typing import Any
 
 from agentbridge.env import Task
+from agentbridge.models import load_image_processor
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.hf_policy import HFPolicy
+from agentbridge.rollout.hf_vlm_policy import HFVLMPolicy
 from agentbridge.runs import mean_ci95
 
 
@@ -16,7 +18,9 @@ def evaluate(agent: Agent, model: Any, tasks: list[Task], *, component: str | No
     """Greedy success on ``tasks``: mean of the first reward component (the task's own score) ± 95% CI."""
     was_training = model.training
     model.eval()
-    policy = HFPolicy(model, agent.tokenizer, max_batch=256)
+    processor = load_image_processor(agent.spec.model.path) if getattr(model.config, "vision_config", None) else None
+    policy = (HFVLMPolicy(model, agent.tokenizer, processor, max_batch=256) if processor is not None
+              else HFPolicy(model, agent.tokenizer, max_batch=256))
     sampling = replace(agent.sampling, temperature=0.0)
     trajs = asyncio.run(agent.run(tasks, policy, concurrency=256, sampling=sampling))
     if was_training:
