@@ -9,7 +9,8 @@ PY=${PYTHON:-python3}
 pip() { .venv/bin/python -m pip "$@"; }
 echo "[install] torch (CPU build) and agentbridge into .venv"
 pip install -q torch==2.13.0
-pip install -q -e '.[hf,plot]' -e plugins/math "$@"
+plugins=(); for p in plugins/*/; do plugins+=(-e "$p"); done
+pip install -q -e '.[hf,plot]' "${plugins[@]}" "$@"
 pip install -q -e 'adapters/trl[backend]'   # TRL shares the main environment
 # the real Qwen2.5 vocabulary (qwen.tiktoken) ships in the dashscope wheel; only that file is used
 pip install -q --no-deps dashscope
