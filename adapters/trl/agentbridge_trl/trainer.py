@@ -96,7 +96,7 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
     For a vision-language model it is ``AgentVLMGRPOTrainer`` with the model's processor, so the images the
     episodes saw (prompt images, tool screenshots) reach every forward pass (``agentbridge_trl.vlm``).
     """
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from agentbridge_trl.vlm import is_vlm_model, make_processor, vlm_trainer_class
@@ -127,4 +127,6 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
     trainer = trainer_cls(model=model, reward_funcs=reward_functions(components), args=GRPOConfig(**grpo_kwargs),
                           train_dataset=make_dataset(train_tasks), processing_class=processing_class,
                           rollout_func=timed_rollout, callbacks=[LogCallback()])
+    if logger is not None:  # the run logger and its progress display replace the trainer's printed dicts
+        trainer.remove_callback(PrinterCallback)
     return trainer, rollout

@@ -73,7 +73,7 @@ def warm_start(model: Any, tokenizer: Any, trajs: list[Trajectory], ws: WarmStar
                on_step: Callable[[int, int, float | None], None] | None = None) -> dict[str, float]:
     """Train ``model`` in place on the demonstrations; returns steps, seconds and the last loss."""
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
     steps_per_epoch = max(1, len(trajs) // ws.batch_size)
@@ -108,6 +108,7 @@ def warm_start(model: Any, tokenizer: Any, trajs: list[Trajectory], ws: WarmStar
                        activation_checkpointing=False)
     trainer = PrefixSharedSFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(sft_rows(trajs)),
                          processing_class=tokenizer, callbacks=[Progress()])
+    trainer.remove_callback(PrinterCallback)  # progress is shown by the caller
     result = trainer.train()
     return {"steps": float(result.global_step), "seconds": time.perf_counter() - started,
             "loss": losses[-1] if losses else float("nan"), "demonstrations": float(len(trajs))}
