@@ -267,6 +267,21 @@ def backends() -> None:
         click.echo("no backend is installed; pip install agentbridge-trl (or -verl, -openrlhf)")
 
 
+@main.command()
+@click.argument("run_dirs", metavar="RUN", nargs=-1, required=True)
+@click.option("-o", "out", type=click.Path(file_okay=False), default="report", show_default=True,
+              help="Where report.html and the PNGs go.")
+@user_errors
+def report(run_dirs: tuple[str, ...], out: str) -> None:
+    """Draw the side-by-side report of run directories (reward, throughput, step time, memory, finish)."""
+    from agentbridge.compare.report import write_report
+
+    path, problems = write_report([Path(p) for p in run_dirs], Path(out))
+    for line in problems:
+        click.echo(line if line.startswith("warning: ") else f"problem: {line}", err=True)
+    click.echo(f"wrote {path}")
+
+
 def _print_summary(summary: dict[str, float], n: int) -> None:
     from rich.console import Console
     from rich.table import Table

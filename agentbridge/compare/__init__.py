@@ -1,0 +1,1 @@
+"""Side-by-side comparison of runs: plots and an HTML report."""
