@@ -83,7 +83,7 @@ class Backend(Protocol):
 FIRST_PARTY_ALGORITHMS: dict[str, list[str]] = {
     "trl": ["dapo", "dr_grpo", "grpo", "gspo"],
     "verl": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
-    "openrlhf": ["dr_grpo", "grpo", "ppo", "reinforce_pp", "rloo"],
+    "openrlhf": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
 }
 
 

@@ -1,0 +1,3 @@
+"""OpenRLHF backend for agentbridge."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,284 @@
+"""The OpenRLHF backend: capabilities, spec checks, compile to a job directory, validate, launch."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentbridge.backends import (
+    Capabilities,
+    Job,
+    JobError,
+    Problem,
+    Report,
+    algorithm_problem,
+    known_capabilities,
+)
+from agentbridge.runs import manifest, package_version, write_jsonl
+from agentbridge.spec import Spec, dump_spec, spec_hash
+from agentbridge_openrlhf import __version__
+from agentbridge_openrlhf.config import (
+    AGENT_FILE,
+    ALGORITHMS,
+    GROUP_ESTIMATORS,
+    NOTES,
+    OPENRLHF_PIN,
+    OPTIONS,
+    OWNED,
+    WHY_NOT,
+    estimator,
+    flag_values,
+    openrlhf_flags,
+    to_argv,
+)
+
+PYTHON_ENV = "AGENTBRIDGE_OPENRLHF_PYTHON"  # interpreter of the OpenRLHF environment, when not this one
+AGENT_SOURCE = '''"""OpenRLHF agent file for spec {name!r}, written by agentbridge-openrlhf {version}.
+
+OpenRLHF {pin} loads it through --train.agent_func_path and calls AgentExecutor() once per vLLM engine actor;
+each execute() runs one agentbridge episode (spec.yaml beside this file) with that engine as the policy.
+"""
+
+from pathlib import Path
+
+from agentbridge_openrlhf.executor import AgentbridgeExecutor
+
+
+class AgentExecutor(AgentbridgeExecutor):
+    def __init__(self) -> None:
+        super().__init__(Path(__file__).resolve().with_name("spec.yaml"))
+'''
+
+
+def is_multimodal(spec: Spec, rows: list[dict[str, Any]]) -> bool:
+    """Whether the job feeds images (dataset images, a VLM builtin, or a declared image budget)."""
+    options = {**OPTIONS, **spec.backend.options}
+    return (any(r.get("images") for r in rows) or spec.model.path == "builtin:tiny-vl"
+            or int(options["max_images_per_prompt"]) > 0)
+
+
+def dataset_row(spec: Spec, task: Any) -> dict[str, Any]:
+    """One OpenRLHF prompt row: chat messages (for OpenRLHF's logs), the task as a JSON-string label."""
+    messages = ([{"role": "system", "content": spec.agent.system_prompt}] if spec.agent.system_prompt else [])
+    messages.append({"role": "user", "content": task.prompt})
+    row: dict[str, Any] = {"prompt": messages, "label": json.dumps(task.to_dict(), ensure_ascii=False),
+                           "datasource": spec.name}
+    images = task.data.get("images") if isinstance(task.data, dict) else None
+    if images:
+        row["images"] = list(images)
+    return row
+
+
+class OpenRLHFBackend:
+    """Compiles a spec into an OpenRLHF 0.11.2 PPO-family job whose agent executor runs agentbridge's driver."""
+
+    name = "openrlhf"
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None, async_rollout=True,
+            scale_out="Ray cluster (ray job submit); vLLM engines + DeepSpeed actor/ref(/critic), GPUs required",
+            notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()] + NOTES + [
+                "rewards are sequence-level: OpenRLHF puts the episode reward on the last generated token and "
+                "broadcasts the advantage over every generated token (no per-turn credit)",
+                "images: initial ones from the dataset's images key, later ones from the environment",
+            ])
+
+    def check(self, spec: Spec) -> list[Problem]:
+        """What in ``spec`` OpenRLHF cannot run, one line each (needs no OpenRLHF installed)."""
+        problems: list[Problem] = []
+        bad_algo = algorithm_problem(spec, self.name, self.capabilities(), known_capabilities())
+        if bad_algo is not None:
+            bad_algo.message += f" ({WHY_NOT.get(spec.algorithm.name, 'not mapped')})"
+            problems.append(bad_algo)
+        options = {**OPTIONS, **spec.backend.options}
+        for key in spec.backend.options:
+            if key not in OPTIONS:
+                problems.append(Problem(f"backend.options.{key}",
+                                        f"unknown OpenRLHF option; known: {', '.join(sorted(OPTIONS))}"))
+        flags = openrlhf_flags()
+        est = estimator(spec)
+        choices = flags["algo.advantage.estimator"]["choices"]
+        if est not in choices:
+            problems.append(Problem("backend.options.estimator", f"'{est}' is not an OpenRLHF {OPENRLHF_PIN} "
+                                                                 f"estimator ({', '.join(choices)})"))
+        if est in GROUP_ESTIMATORS and spec.algorithm.group_size < 2:
+            problems.append(Problem("algorithm.group_size", f"{spec.algorithm.name} ({est}) normalises within a "
+                                    "group of samples per prompt; use group_size >= 2"))
+        if options["is_correction"] not in ("off", "token", "seq"):
+            problems.append(Problem("backend.options.is_correction", "must be off, token or seq"))
+        if spec.agent.sampling.top_k:
+            problems.append(Problem("agent.sampling.top_k", f"OpenRLHF {OPENRLHF_PIN} has no top_k flag (it samples "
+                                                            "with top_k=-1); remove it"))
+        if spec.model.path == "builtin:tiny-vl" or int(options["max_images_per_prompt"]) > 0:
+            if est == "gae":
+                problems.append(Problem("algorithm.name", "OpenRLHF has no critic for vision-language models; "
+                                                          "use grpo, rloo, reinforce_pp or dr_grpo"))
+            if options["packing_samples"]:
+                problems.append(Problem("backend.options.packing_samples", "OpenRLHF cannot pack VLM samples"))
+        for key in spec.backend.overrides:
+            name = key.removeprefix("--")
+            if name in OWNED:
+                problems.append(Problem(f"backend.overrides.{key}", "set by the adapter; the agentbridge executor "
+                                                                    "depends on it"))
+            elif name not in flags:
+                near = difflib.get_close_matches(name, list(flags), n=1)
+                hint = f"; did you mean --{near[0]}?" if near else ""
+                problems.append(Problem(f"backend.overrides.{key}", f"not an OpenRLHF {OPENRLHF_PIN} flag (every "
+                                                                    f"flag was renamed in 0.10.2){hint}"))
+        return problems
+
+    def compile(self, spec: Spec, out: Path) -> Job:
+        """Write the job directory: manifest, spec, data/*.jsonl, the agent file, launch.sh, submit.sh."""
+        from agentbridge.rollout.agent import load_tasks
+
+        out = Path(out)
+        (out / "data").mkdir(parents=True, exist_ok=True)
+        train = [dataset_row(spec, t) for t in load_tasks(spec, "train")]
+        evals = [dataset_row(spec, t) for t in load_tasks(spec, "eval")]
+        if not train:
+            raise ValueError("data.train: no tasks")
+        write_jsonl(out / "data" / "train.jsonl", train)
+        if evals:
+            write_jsonl(out / "data" / "eval.jsonl", evals)
+        (out / "spec.yaml").write_text(dump_spec(spec))
+        (out / AGENT_FILE).write_text(AGENT_SOURCE.format(name=spec.name, version=__version__, pin=OPENRLHF_PIN))
+        multimodal = is_multimodal(spec, train + evals)
+        sizes = {"train_size": len(train), "eval_size": len(evals), "multimodal": multimodal}
+        local = to_argv(flag_values(spec, model="@MODEL@", job="@JOB@", out="@OUT@", **sizes))
+        _script(out / "launch.sh", _launch_lines(spec, local))
+        _script(out / "submit.sh", _submit_lines(spec, local))
+        command = ["python", "-m", "openrlhf.cli.train_ppo_ray", *local]
+        job = Job(backend=self.name, path=out, manifest=manifest(
+            kind="job", backend=self.name, spec_hash=spec_hash(spec), seed=spec.seed, command=command,
+            versions={"agentbridge-openrlhf": __version__, "openrlhf": package_version("openrlhf"),
+                      "openrlhf_pin": OPENRLHF_PIN},
+            files=sorted(p.name for p in out.iterdir()) + ["manifest.json"],
+            tasks={"train": len(train), "eval": len(evals)}, multimodal=multimodal,
+            not_run=["algorithm.warm_start: " + NOTES[-1]] if spec.algorithm.warm_start else []))
+        job.write_manifest()
+        return job
+
+    def validate(self, job: Job) -> Report:
+        """OpenRLHF's own parser and checks on the command line (in the OpenRLHF environment) + agentbridge's."""
+        if importlib.util.find_spec("openrlhf") is not None:
+            from agentbridge_openrlhf.validate import validate_job
+
+            problems = validate_job(job.path)
+            return Report(ok=not problems, problems=problems)
+        python = openrlhf_python()
+        if python is None:
+            return Report(ok=False, problems=[Problem("openrlhf", f"OpenRLHF {OPENRLHF_PIN} is not installed here; "
+                                                                  f"set {PYTHON_ENV} to its environment's python "
+                                                                  "(bash adapters/openrlhf/test.sh creates one)")])
+        result = subprocess.run([python, "-m", "agentbridge_openrlhf.validate", str(job.path), "--json"],
+                                capture_output=True, text=True)
+        try:
+            rows = json.loads(result.stdout.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            return Report(ok=False, problems=[Problem("openrlhf", f"the validator failed in {python}: {tail}")])
+        problems = [Problem(where, message) for where, message in rows]
+        return Report(ok=not problems, problems=problems)
+
+    def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
+               extra_args: list[str] | None = None) -> Path:
+        """Run ``launch.sh`` (OpenRLHF starts a local Ray cluster); needs GPUs for vLLM and DeepSpeed."""
+        from agentbridge.spec import load_spec
+
+        spec = load_spec(job.path / "spec.yaml")
+        if spec.resources.gpus_per_node == 0:
+            raise JobError("OpenRLHF needs GPUs (vLLM engines, DeepSpeed actor); set resources.gpus_per_node and "
+                           f"run {job.path / 'launch.sh'} or submit.sh on a GPU machine")
+        run_dir = run_dir or Path("runs") / spec.name
+        python = getattr(runner, "python", None) or openrlhf_python() or sys.executable
+        env = {**os.environ, "OUT": str(run_dir), "PYTHON": python}
+        result = subprocess.run(["bash", str(job.path / "launch.sh"), *(extra_args or [])], env=env)
+        if result.returncode != 0:
+            raise JobError(f"the OpenRLHF job failed (exit {result.returncode}); see the output above")
+        return run_dir
+
+
+def openrlhf_python() -> str | None:
+    """This interpreter when it has OpenRLHF, else ``$AGENTBRIDGE_OPENRLHF_PYTHON``, else ``./.venv-openrlhf``."""
+    if importlib.util.find_spec("openrlhf") is not None:
+        return sys.executable
+    for candidate in (os.environ.get(PYTHON_ENV), ".venv-openrlhf/bin/python",
+                      str(Path(__file__).resolve().parents[3] / ".venv-openrlhf" / "bin" / "python")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+def _quote(arg: str, job: str, model: str, out: str) -> str:
+    quoted = shlex.quote(arg)
+    for mark, var in (("@JOB@", job), ("@MODEL@", model), ("@OUT@", out)):
+        if mark in arg:  # double quotes so the shell expands the variable
+            quoted = '"' + arg.replace(mark, var).replace('"', '\\"') + '"'
+    return quoted
+
+
+def _args_block(argv: list[str], job: str) -> list[str]:
+    lines, i = ["ARGS=("], 0
+    while i < len(argv):
+        flag, values = argv[i], []
+        i += 1
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(_quote(argv[i], job, "$MODEL", "$OUT"))
+            i += 1
+        lines.append("  " + " ".join([flag, *values]))
+    return [*lines, ")"]
+
+
+def _model_line(spec: Spec) -> str:
+    if spec.model.path.startswith("builtin:"):
+        resolve = ("\"$PYTHON\" -c 'import sys; from agentbridge.models import resolve_model_path; "
+                   f"print(resolve_model_path(sys.argv[1]))' {shlex.quote(spec.model.path)}")
+        return f'MODEL="${{MODEL:-$({resolve})}}"'
+    return f"MODEL=\"${{MODEL:-{spec.model.path}}}\""
+
+
+def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
+    return [
+        f"# OpenRLHF {OPENRLHF_PIN} job for spec '{spec.name}' (agentbridge-openrlhf {__version__}), run here:",
+        "# OpenRLHF starts a local Ray cluster; vLLM and DeepSpeed need GPUs. `launch.sh --print-args` prints the",
+        "# exact argv (NUL-separated), which `agentbridge check` validates with OpenRLHF's own parser.",
+        'PYTHON="${PYTHON:-python3}"',
+        _model_line(spec),
+        f'OUT="${{OUT:-runs/{spec.name}}}"',
+        *_args_block(argv, "$JOB"),
+        'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
+        'mkdir -p "$OUT"',
+        'exec "$PYTHON" -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
+    ]
+
+
+def _submit_lines(spec: Spec, argv: list[str]) -> list[str]:
+    env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}, "excludes": ["runs/", "out/", "__pycache__/"]}
+    return [
+        f"# The same job as a Ray job on a GPU cluster (OpenRLHF {OPENRLHF_PIN}). The job directory is the",
+        "# working_dir, so paths are relative to it. Every node needs agentbridge-openrlhf[backend] and the spec's",
+        "# plugins installed; MODEL and OUT must be paths the cluster nodes can read and write.",
+        'RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"',
+        'PYTHON="${PYTHON:-python3}"',
+        _model_line(spec),
+        'OUT="${OUT:-out}"',
+        *_args_block(argv, "."),
+        'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
+        f"exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\\n"
+        f"  --runtime-env-json {shlex.quote(json.dumps(env))} \\\n"
+        '  -- python3 -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
+    ]
+
+
+def _script(path: Path, lines: list[str]) -> None:
+    head = ["#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"']
+    path.write_text("\n".join(head + lines) + "\n")
+    path.chmod(0o755)

@@ -1,0 +1,197 @@
+"""Map a spec to OpenRLHF 0.11.2's ``train_ppo_ray`` command line (pure: imports no OpenRLHF, no torch)."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from agentbridge.spec.models import Spec
+
+OPENRLHF_PIN = "0.11.2"
+AGENT_FILE = "agentbridge_agent.py"
+
+# agentbridge algorithm -> OpenRLHF flags. Rewards are sequence-level in OpenRLHF agent mode (placed on the
+# last action token, the advantage is broadcast over every generated token): no per-turn credit assignment.
+ALGORITHMS: dict[str, dict[str, Any]] = {
+    "grpo": {"algo.advantage.estimator": "group_norm"},
+    "dr_grpo": {"algo.advantage.estimator": "dr_grpo"},
+    "rloo": {"algo.advantage.estimator": "rloo"},
+    "reinforce_pp": {"algo.advantage.estimator": "reinforce"},  # REINFORCE++ (no critic, global baseline)
+    "gspo": {"algo.advantage.estimator": "group_norm", "actor.policy_loss_type": "gspo"},
+    # DAPO: clip-higher, token-mean loss (OpenRLHF's default), dynamic sampling (drop groups whose mean reward is
+    # the minimum or maximum possible), truncated episodes' reward zeroed (OpenRLHF's overlong shaping would
+    # count tool tokens: issue #1243). The filter range is added in flag_values from the reward weights.
+    "dapo": {"algo.advantage.estimator": "group_norm", "actor.eps_clip_low_high": [0.2, 0.28],
+             "algo.dynamic_filtering_enable": True, "reward.stop_properly_penalty_coef": 0.0},
+    "ppo": {"algo.advantage.estimator": "gae"},  # with a critic (value model) initialised from the actor
+}
+GROUP_ESTIMATORS = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
+WHY_NOT: dict[str, str] = {}  # every agentbridge algorithm maps; see NOTES for how
+NOTES = [
+    "dapo: group_norm + clip-higher (0.2, 0.28) + dynamic filtering of groups whose mean reward is the minimum "
+    "or maximum possible + truncated episodes' reward zeroed (stop_properly_penalty_coef 0); OpenRLHF's "
+    "overlong buffer is not used because it counts tool tokens (issue #1243)",
+    "gspo: group_norm + --actor.policy_loss_type gspo",
+    "reinforce_pp: REINFORCE++ (estimator reinforce); backend.options.estimator=reinforce_baseline for the "
+    "group-baseline variant",
+    "ppo: GAE with a critic initialised from the actor (text models only)",
+    "algorithm.warm_start is not run by the OpenRLHF job (OpenRLHF's SFT is a separate entry point); "
+    "start from a warm-started checkpoint in model.path",
+]
+# backend.options a spec may set, and their defaults
+OPTIONS: dict[str, Any] = {
+    "async": False,                 # --train.async_enable (vLLM on its own GPUs) instead of colocate + sleep
+    "async_queue_size": 1,
+    "partial_rollout": False,
+    "vllm_num_engines": None,       # default: one engine per GPU (tensor_parallel_size 1)
+    "vllm_tensor_parallel_size": 1,
+    "vllm_gpu_memory_utilization": 0.6,
+    "zero_stage": 2,
+    "gradient_checkpointing": False,
+    "packing_samples": False,
+    "rollout_micro_batch_size": 4,
+    "train_micro_batch_size": 1,
+    "is_correction": "off",         # off | token | seq: off-policy correction (asks vLLM for logprobs)
+    "estimator": None,              # any OpenRLHF estimator, overriding the algorithm's (e.g. reinforce_baseline)
+    "eval_steps": -1,               # evaluate on data.eval every N steps (-1: never)
+    "critic_lr": 9e-6,              # ppo only
+    "max_images_per_prompt": 0,     # VLM: every image one trajectory sees (vLLM limit_mm_per_prompt)
+    "save_steps": -1,
+}
+# Flags the executor contract depends on: an override may not change them.
+OWNED = ("train.agent_func_path", "data.prompt_dataset", "data.input_key", "data.label_key")
+
+
+@cache
+def openrlhf_flags() -> dict[str, dict[str, Any]]:
+    """``{dotted name: {"nargs", "default", "choices"}}`` of OpenRLHF 0.11.2's parser (shipped, dumped from it)."""
+    text = resources.files("agentbridge_openrlhf").joinpath(f"flags_{OPENRLHF_PIN}.json").read_text()
+    return json.loads(text)
+
+
+def world_size(spec: Spec) -> int:
+    return max(1, spec.resources.nodes * spec.resources.gpus_per_node)
+
+
+def estimator(spec: Spec) -> str:
+    options = {**OPTIONS, **spec.backend.options}
+    return options["estimator"] or ALGORITHMS.get(spec.algorithm.name, {}).get("algo.advantage.estimator", "gae")
+
+
+def reward_range(spec: Spec) -> tuple[float, float]:
+    """Lowest and highest total reward, assuming each component lies in [0, 1] (process rewards excluded)."""
+    low = sum(min(0.0, r.weight) for r in spec.reward)
+    high = sum(max(0.0, r.weight) for r in spec.reward)
+    return round(low, 6), round(high, 6)
+
+
+def max_len(spec: Spec) -> int:
+    """``--data.max_len``: OpenRLHF's budget for the prompt plus every turn (tool tokens included)."""
+    return spec.agent.max_prompt_tokens + spec.agent.max_response_tokens
+
+
+def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, eval_size: int,
+                multimodal: bool = False) -> dict[str, Any]:
+    """The command line as ``{dotted flag: value}`` (True = a bare switch); overrides applied last, verbatim.
+
+    ``model``/``job``/``out`` are written as given (shell variables in launch.sh). ``None`` or ``False`` in
+    ``backend.overrides`` removes a flag.
+    """
+    a, algo, res = spec.agent, spec.algorithm, spec.resources
+    options = {**OPTIONS, **spec.backend.options}
+    gpus = max(1, res.gpus_per_node)
+    prompts_needed = algo.steps * algo.batch_size
+    episodes = max(1, math.ceil(prompts_needed / max(1, train_size)))
+    v: dict[str, Any] = {
+        "actor.model_name_or_path": model,
+        "train.agent_func_path": f"{job}/{AGENT_FILE}",
+        "data.prompt_dataset": f"{job}/data/train.jsonl",
+        "data.input_key": "prompt",
+        "data.label_key": "label",
+        "data.apply_chat_template": True,
+        "data.max_len": max_len(spec),
+        # OpenRLHF's own executor uses max_new_tokens only to cut long prompts; agentbridge's driver caps
+        # each turn at max_tokens_per_turn itself, so the same number is passed for consistent accounting.
+        "rollout.max_new_tokens": a.max_tokens_per_turn,
+        "data.max_samples": min(train_size, prompts_needed),
+        "train.num_episodes": episodes,
+        "rollout.n_samples_per_prompt": algo.group_size,
+        "rollout.batch_size": algo.batch_size,
+        "train.batch_size": algo.batch_size * algo.group_size,
+        "rollout.micro_batch_size": options["rollout_micro_batch_size"],
+        "train.micro_batch_size": options["train_micro_batch_size"],
+        "rollout.temperature": a.sampling.temperature,
+        "rollout.top_p": a.sampling.top_p,
+        "algo.advantage.estimator": estimator(spec),
+        "actor.adam.lr": algo.lr,
+        "actor.lr_warmup_ratio": round(algo.warmup_steps / algo.steps, 6),
+        "algo.kl.init_coef": algo.kl_coef,
+        "train.seed": spec.seed,
+        "actor.num_nodes": res.nodes,
+        "actor.num_gpus_per_node": gpus,
+        "ref.num_nodes": res.nodes,
+        "ref.num_gpus_per_node": gpus,
+        "vllm.tensor_parallel_size": options["vllm_tensor_parallel_size"],
+        "vllm.gpu_memory_utilization": options["vllm_gpu_memory_utilization"],
+        "ds.zero_stage": options["zero_stage"],
+        "ds.param_dtype": "bf16",
+        "ckpt.output_dir": f"{out}/ckpt",
+        "ckpt.save_steps": options["save_steps"],
+        "logger.tensorboard_dir": f"{out}/tensorboard",
+    }
+    tp = int(options["vllm_tensor_parallel_size"])
+    v["vllm.num_engines"] = options["vllm_num_engines"] or max(1, world_size(spec) // tp)
+    for key, value in ALGORITHMS.get(spec.algorithm.name, {}).items():
+        if key != "algo.advantage.estimator":
+            v[key] = value
+    if v.get("algo.dynamic_filtering_enable"):
+        v["algo.dynamic_filtering_range"] = list(reward_range(spec))
+    if algo.kl_coef > 0:  # GRPO-style KL: in the loss, k3 estimator
+        v.update({"algo.kl.use_loss": True, "algo.kl.estimator": "k3"})
+    if estimator(spec) == "gae":
+        v.update({"critic.model_name_or_path": model, "critic.num_nodes": res.nodes,
+                  "critic.num_gpus_per_node": gpus, "critic.adam.lr": options["critic_lr"]})
+    if options["async"]:
+        v.update({"train.async_enable": True, "train.async_queue_size": options["async_queue_size"],
+                  "train.colocate_actor_ref": True})
+        if options["partial_rollout"]:
+            v["train.partial_rollout_enable"] = True
+    else:
+        v.update({"train.colocate_all": True, "vllm.enable_sleep": True, "ds.enable_sleep": True})
+    if options["gradient_checkpointing"]:
+        v["actor.gradient_checkpointing_enable"] = True
+    if options["packing_samples"]:
+        v["ds.packing_samples"] = True
+    if options["is_correction"] != "off":
+        v["algo.advantage.is_correction_level"] = options["is_correction"]
+    if eval_size and int(options["eval_steps"]) > 0:
+        v.update({"eval.dataset": f"{job}/data/eval.jsonl", "eval.steps": options["eval_steps"],
+                  "eval.n_samples_per_prompt": 1, "eval.temperature": a.sampling.temperature})
+    if multimodal:
+        v["data.image_key"] = "images"
+        v["data.max_images_per_prompt"] = max(1, int(options["max_images_per_prompt"]))
+    for key, value in spec.backend.overrides.items():
+        key = key.removeprefix("--")
+        if value is None or value is False:
+            v.pop(key, None)
+        else:
+            v[key] = value
+    return v
+
+
+def to_argv(values: dict[str, Any]) -> list[str]:
+    """``--flag value`` tokens; lists become several values, True a bare switch."""
+    argv: list[str] = []
+    for key, value in values.items():
+        argv.append(f"--{key}")
+        if value is True:
+            continue
+        argv += [_str(x) for x in value] if isinstance(value, list | tuple) else [_str(value)]
+    return argv
+
+
+def _str(value: Any) -> str:
+    return repr(value) if isinstance(value, float) and value != 0 and abs(value) < 1e-3 else str(value)

@@ -1,0 +1,165 @@
+"""The agent executor OpenRLHF loads: one agentbridge episode per ``execute()``, OpenRLHF's vLLM engine as policy.
+
+Imported only inside OpenRLHF's rollout actors (it imports OpenRLHF); the job's thin agent file subclasses
+``AgentbridgeExecutor`` as ``AgentExecutor``. What ``execute`` returns is exactly what OpenRLHF 0.11.2's
+``SamplesGenerator._process_response_into_experience`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from copy import deepcopy
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from openrlhf.utils.agent import AgentExecutorBase
+
+from agentbridge.env import Task
+from agentbridge.rewards import PROCESS
+from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.renderer import Renderer
+from agentbridge.rollout.trajectory import FINISH_REASONS, Generation, SamplingParams, Trajectory
+from agentbridge.spec import Spec, load_spec
+
+LOGGED = ("episode/turns", "episode/response_tokens", "episode/generated_tokens", "tools/calls", "tools/failures",
+          "tools/parse_errors")
+
+
+class EnginePolicy:
+    """agentbridge's ``Policy`` over OpenRLHF's engine actor (``RolloutRayActor.generate``).
+
+    The engine's vLLM ``SamplingParams`` (temperature, top_p, logprobs, ... from OpenRLHF's command line) are
+    copied per call; only ``max_tokens`` comes from the driver, which owns every token budget.
+    """
+
+    def __init__(self, llm_engine: Any, sampling_params: Any) -> None:
+        self.engine = llm_engine
+        self.sampling_params = sampling_params
+        self.calls = 0
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams,
+                       images: list[Any] | None = None) -> Generation:
+        params = deepcopy(self.sampling_params)
+        params.max_tokens = sampling.max_tokens
+        self.calls += 1
+        out = await self.engine.generate(list(prompt_ids), params,
+                                         multi_modal_data={"image": list(images)} if images else None)
+        o = out.outputs[0]
+        ids = list(o.token_ids)
+        logprobs = None
+        if getattr(params, "logprobs", None) is not None and o.logprobs is not None:
+            logprobs = [float(step[t].logprob) for step, t in zip(o.logprobs, ids, strict=False)]
+        return Generation(token_ids=ids, logprobs=logprobs, finish_reason=o.finish_reason or "stop")
+
+
+def action_ranges(prompt_len: int, mask: list[int]) -> list[tuple[int, int]]:
+    """Spans of policy-generated tokens (mask 1) in ``prompt + response`` coordinates."""
+    ranges: list[tuple[int, int]] = []
+    start = None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            ranges.append((prompt_len + start, prompt_len + i))
+            start = None
+    return ranges
+
+
+def extra_logs(traj: Trajectory, components: list[str]) -> dict[str, float]:
+    """The same keys for every episode (OpenRLHF concatenates them across samples): driver metrics,
+    reward components and finish reasons, in agentbridge's normalized names."""
+    logs = {key: float(traj.metrics.get(key, 0.0)) for key in LOGGED}
+    logs.update({f"reward/{c}": float(traj.reward_components.get(c, 0.0)) for c in components})
+    logs.update({f"finish/{r}": float(traj.finish_reason == r) for r in FINISH_REASONS})
+    return logs
+
+
+def to_openrlhf(traj: Trajectory, *, prompt: Any, label: Any, images: Any, with_logprobs: bool,
+                components: list[str], eos_token_id: int, mm_train_inputs: dict[str, Any] | None = None,
+                fallback_prompt_ids: list[int] | None = None) -> dict[str, Any]:
+    """A driver ``Trajectory`` as the dict OpenRLHF's samples generator turns into an ``Experience``.
+
+    An episode that failed before its first token still yields a valid sample: the prompt and one EOS as
+    the action, reward as scored (0 for errors), so one broken environment never fails a batch.
+    """
+    prompt_ids = list(traj.prompt_ids) or list(fallback_prompt_ids or [])
+    response, mask, logprobs = list(traj.response_ids), list(traj.response_mask), list(traj.logprobs)
+    if not any(mask):
+        response, mask, logprobs = [eos_token_id], [1], [0.0]
+    return {
+        "prompt": prompt,
+        "label": label,
+        "images": images,
+        "mm_train_inputs": mm_train_inputs,
+        "reward": float(traj.reward),
+        "scores": float(traj.reward),
+        "observation_tokens": prompt_ids + response,
+        "action_ranges": action_ranges(len(prompt_ids), mask),
+        "rollout_log_probs": [0.0] * len(prompt_ids) + logprobs if with_logprobs else None,
+        "truncated": traj.finish_reason == "length",
+        "extra_logs": extra_logs(traj, components),
+    }
+
+
+def task_from_label(label: Any) -> Task:
+    """The task carried in the dataset's label (a JSON string, or a dict when a dataset kept it as one)."""
+    data = json.loads(label) if isinstance(label, str) else label
+    if not isinstance(data, dict) or "id" not in data or "prompt" not in data:
+        raise ValueError(f"the label is not an agentbridge task (expected JSON with id, prompt, data): {label!r:.80}")
+    return Task.from_dict(data)
+
+
+class AgentbridgeExecutor(AgentExecutorBase):
+    """Runs the spec's agent with agentbridge's driver; OpenRLHF calls ``execute`` once per sample."""
+
+    def __init__(self, spec: str | Path | Spec) -> None:
+        self.spec = spec if isinstance(spec, Spec) else load_spec(spec)
+        self._agent: Agent | None = None
+        # the latest episodes, for inspection (tests, debugging): $AGENTBRIDGE_OPENRLHF_KEEP of them, default 0
+        self.recent: deque[Trajectory] = deque(maxlen=int(os.environ.get("AGENTBRIDGE_OPENRLHF_KEEP") or 0))
+
+    def agent(self, hf_tokenizer: Any) -> Agent:
+        """The spec's agent, built once per engine actor with OpenRLHF's tokenizer (or VLM processor)."""
+        if self._agent is None:
+            tokenizer = getattr(hf_tokenizer, "tokenizer", hf_tokenizer)
+            agent = Agent(self.spec, tokenizer)
+            image_processor = getattr(hf_tokenizer, "image_processor", None)
+            if image_processor is not None:
+                agent.renderer = Renderer(tokenizer, tools=agent.renderer.tools,
+                                          chat_template=agent.renderer.chat_template, image_processor=image_processor)
+            self._agent = agent
+        return self._agent
+
+    async def execute(self, prompt: Any, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any,
+                      llm_engine: Any, images: Any = None) -> dict[str, Any]:
+        agent = self.agent(hf_tokenizer)
+        task = task_from_label(label)
+        if images:
+            from openrlhf.utils.vlm_utils import load_images
+
+            task.images = load_images(images)
+        _fit(agent, max_length)
+        traj = (await agent.run([task], EnginePolicy(llm_engine, sampling_params), concurrency=1))[0]
+        self.recent.append(traj)
+        mm = None
+        if traj.images and getattr(hf_tokenizer, "image_processor", None) is not None:
+            mm = dict(hf_tokenizer.image_processor(images=traj.images, return_tensors="pt"))
+        fallback = None if traj.prompt_ids else agent.renderer.encode(str(prompt))
+        components = [r.id for r in self.spec.reward] + [PROCESS]
+        return to_openrlhf(traj, prompt=prompt, label=label, images=images,
+                           with_logprobs=getattr(sampling_params, "logprobs", None) is not None,
+                           components=components, eos_token_id=agent.renderer.eos_token_id, mm_train_inputs=mm,
+                           fallback_prompt_ids=fallback)
+
+
+def _fit(agent: Agent, max_length: int) -> None:
+    """OpenRLHF cuts every sequence at ``--data.max_len``: keep the driver's budgets inside it (validate flags a
+    smaller max_len; this keeps a run that ignores that faithful)."""
+    limits = agent.limits
+    room = max_length - limits.max_prompt_tokens
+    if 0 < room < limits.max_response_tokens:
+        agent.limits = replace(limits, max_response_tokens=room,
+                               max_tokens_per_turn=min(limits.max_tokens_per_turn, room))

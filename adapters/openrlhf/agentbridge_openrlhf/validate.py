@@ -1,0 +1,261 @@
+"""Validate a compiled OpenRLHF job on CPU with OpenRLHF's own parser, plus agentbridge's own checks.
+
+``openrlhf.cli.train_ppo_ray`` builds its argparse parser inline under ``if __name__ == "__main__":``, so it
+cannot be imported. ``parse_args`` compiles that block from the installed source without its final
+``train(args)`` call and runs it: the real parser, ``hierarchize`` and every post-parse assert. That needs
+torch and transformers, not Ray, vLLM or DeepSpeed.
+
+Run in the OpenRLHF environment: ``python -m agentbridge_openrlhf.validate JOB [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import datetime
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentbridge.backends import Problem
+from agentbridge.spec import SpecError, load_spec
+from agentbridge_openrlhf.config import OPENRLHF_PIN, OWNED
+
+
+class ArgsError(ValueError):
+    """OpenRLHF's parser or one of its post-parse checks rejected the command line (one line)."""
+
+
+def _main_block() -> tuple[str, list[ast.stmt]]:
+    spec = importlib.util.find_spec("openrlhf.cli.train_ppo_ray")
+    if spec is None or spec.origin is None:
+        raise ArgsError(f"openrlhf is not installed in this interpreter; install openrlhf=={OPENRLHF_PIN}")
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                and getattr(node.test.left, "id", "") == "__name__"):
+            return spec.origin, node.body
+    raise ArgsError(f"{spec.origin} has no __main__ block; is this openrlhf {OPENRLHF_PIN}?")
+
+
+def _exec(statements: list[ast.stmt], origin: str, argv: list[str]) -> dict[str, Any]:
+    code = compile(ast.Module(body=statements, type_ignores=[]), origin, "exec")
+    ns: dict[str, Any] = {"argparse": argparse, "datetime": datetime.datetime, "os": os, "__name__": "__main__"}
+    old, sys.argv = sys.argv, ["train_ppo_ray", *argv]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            exec(code, ns)  # noqa: S102 - OpenRLHF's own parser code, from the installed package
+    except SystemExit:  # argparse: usage + "error: ..." on stderr
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        msg = lines[-1] if lines else "argparse rejected the command line"
+        raise ArgsError(msg.split("error: ", 1)[-1]) from None
+    except AssertionError as e:
+        raise ArgsError(str(e).strip().splitlines()[0] if str(e).strip() else "a post-parse assert failed "
+                        f"(line {_tb_line(e)} of train_ppo_ray.py)") from None
+    except (ValueError, TypeError, KeyError) as e:
+        raise ArgsError(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    finally:
+        sys.argv = old
+    return ns
+
+
+def _tb_line(e: BaseException) -> int:
+    tb = e.__traceback__
+    line = 0
+    while tb is not None:
+        line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def parse_args(argv: list[str]) -> Any:
+    """What ``train(args)`` would receive for ``argv``; raises ``ArgsError`` with OpenRLHF's one-line reason."""
+    origin, body = _main_block()
+    statements = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+                                          and getattr(s.value.func, "id", "") == "train")]
+    return _exec(statements, origin, argv)["args"]
+
+
+def dump_flags() -> dict[str, dict[str, Any]]:
+    """``{dotted flag: {"nargs", "default", "choices"}}`` of the installed parser (for pinning and diffing)."""
+    origin, body = _main_block()
+    upto: list[ast.stmt] = []
+    for s in body:
+        if isinstance(s, ast.Assign) and getattr(s.targets[0], "id", "") == "args":
+            break
+        upto.append(s)
+    parser = _exec(upto, origin, [])["parser"]
+    out: dict[str, dict[str, Any]] = {}
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        name = next((f for f in action.option_strings if f.startswith("--")), action.option_strings[0])
+        default = None if action.dest.endswith("run_name") else action.default  # a timestamp
+        out[name.removeprefix("--")] = {"nargs": action.nargs, "default": default, "choices": action.choices}
+    return out
+
+
+def job_argv(job_dir: Path, model: str | None = None) -> list[str]:
+    """The exact argv ``launch.sh`` passes to ``train_ppo_ray`` (bash expands it: ``launch.sh --print-args``)."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    if model is not None:
+        env["MODEL"] = model
+    result = subprocess.run(["bash", str(job_dir / "launch.sh"), "--print-args"], capture_output=True, env=env,
+                            timeout=600)
+    if result.returncode != 0:
+        tail = (result.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise ArgsError(f"launch.sh --print-args failed (exit {result.returncode}): {tail}")
+    return [a for a in result.stdout.decode().split("\0") if a != ""]
+
+
+def _flag(args: Any, dotted: str) -> Any:
+    obj = args
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+_LONGEST: dict[str, tuple[int, str]] = {}
+
+
+def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
+    """Token count and task id of the longest prompt the driver renders (system prompt, tools, task)."""
+    import asyncio
+
+    from agentbridge.spec import spec_hash
+
+    key = spec_hash(spec)
+    if key in _LONGEST:
+        return _LONGEST[key]
+
+    from agentbridge.rollout.agent import Agent, load_tasks
+
+    agent = Agent(spec, tokenizer)
+
+    async def one(task: Any) -> int:
+        env = agent.make_env(task)
+        try:
+            messages = await env.reset(task)
+        finally:
+            await env.close()
+        system = [{"role": "system", "content": spec.agent.system_prompt}] if spec.agent.system_prompt else []
+        return len(agent.renderer.encode(agent.renderer.render_text([*system, *messages],
+                                                                    add_generation_prompt=True)))
+
+    async def all_tasks() -> tuple[int, str]:
+        best = (0, "")
+        for split in ("train", "eval"):
+            for task in load_tasks(spec, split):
+                best = max(best, (await one(task), task.id))
+        return best
+
+    _LONGEST[key] = asyncio.run(all_tasks())
+    return _LONGEST[key]
+
+
+def validate_job(job_dir: Path) -> list[Problem]:
+    """OpenRLHF's parser and post-parse checks on the job's command line, then agentbridge's checks."""
+    job_dir = Path(job_dir)
+    try:
+        spec = load_spec(job_dir / "spec.yaml")
+    except SpecError as e:
+        return [Problem(str(job_dir / "spec.yaml"), line) for line in e.problems]
+    from agentbridge_openrlhf.backend import OpenRLHFBackend
+
+    problems = OpenRLHFBackend().check(spec)
+    try:
+        import openrlhf
+    except ImportError:
+        return [*problems, Problem("openrlhf", f"OpenRLHF is not installed in this interpreter; install "
+                                               f"openrlhf=={OPENRLHF_PIN} (see adapters/openrlhf/test.sh)")]
+    if getattr(openrlhf, "__version__", OPENRLHF_PIN) != OPENRLHF_PIN:
+        problems.append(Problem("openrlhf", f"version {openrlhf.__version__} is installed; this adapter is built "
+                                            f"for {OPENRLHF_PIN} (flags change between patch releases)"))
+    from agentbridge.models import ModelError, load_tokenizer, resolve_model_path
+
+    try:
+        model = str(resolve_model_path(spec.model.path))
+        tokenizer = load_tokenizer(spec.model.path)
+    except (ModelError, OSError, ValueError) as e:
+        return [*problems, Problem("model.path", str(e).splitlines()[0].removeprefix("model.path: "))]
+    try:
+        argv = job_argv(job_dir, model)
+        args = parse_args(argv)
+    except ArgsError as e:
+        return [*problems, Problem("launch.sh", f"OpenRLHF {OPENRLHF_PIN} rejects the command line: {e}")]
+    problems += _silent_checks(spec, args, argv, job_dir, tokenizer)
+    return problems
+
+
+def _silent_checks(spec: Any, args: Any, argv: list[str], job_dir: Path, tokenizer: Any) -> list[Problem]:
+    """What OpenRLHF accepts without a word but that breaks or silently changes agentbridge episodes."""
+    out: list[Problem] = []
+    a = spec.agent
+    for owned in OWNED:
+        if f"--{owned}" not in argv:
+            out.append(Problem("launch.sh", f"--{owned} is missing; the agentbridge executor needs it"))
+    agent_file = Path(str(_flag(args, "train.agent_func_path") or ""))
+    if agent_file.name and not (agent_file if agent_file.is_absolute() else job_dir / agent_file).is_file():
+        out.append(Problem("train.agent_func_path", f"{agent_file} does not exist"))
+    max_len = int(_flag(args, "data.max_len"))
+    need = a.max_prompt_tokens + a.max_response_tokens
+    if max_len < need:
+        out.append(Problem("data.max_len", f"{max_len} < agent.max_prompt_tokens + agent.max_response_tokens "
+                                           f"({need}); OpenRLHF would cut episodes the driver let through"))
+    try:
+        longest, task_id = longest_prompt(spec, tokenizer)
+    except Exception as e:  # noqa: BLE001 - a broken environment or template is one line
+        return [*out, Problem("spec", f"cannot render the prompts: {type(e).__name__}: {str(e).splitlines()[0]}")]
+    if longest > a.max_prompt_tokens:
+        out.append(Problem("agent.max_prompt_tokens", f"task {task_id} renders to {longest} prompt tokens > "
+                                                      f"{a.max_prompt_tokens}; raise it or shorten the prompt"))
+    new = _flag(args, "rollout.max_new_tokens")
+    if new is not None and int(new) >= max_len - longest:
+        out.append(Problem("rollout.max_new_tokens", f"{new} >= data.max_len {max_len} - longest prompt {longest} "
+                                                     f"(task {task_id}); OpenRLHF would silently cut that prompt"))
+    remote = _flag(args, "reward.remote_url")
+    if any(f.startswith("--reward.remote_url") or f.startswith("--reward.model_name_or_path") for f in argv):
+        out.append(Problem("reward.remote_url", f"ignored in agent mode (OpenRLHF sets it to {remote}); "
+                                                "rewards come from the spec's reward list"))
+    if _flag(args, "reward.overlong_buffer_len") is not None:
+        out.append(Problem("reward.overlong_buffer_len", "counts tool tokens as response in OpenRLHF "
+                                                         f"{OPENRLHF_PIN} (issue #1243); remove it"))
+    for flag, want in (("rollout.temperature", a.sampling.temperature), ("rollout.top_p", a.sampling.top_p)):
+        got = _flag(args, flag)
+        if got is not None and float(got) != float(want):
+            out.append(Problem(flag, f"{got} differs from the spec's agent.sampling ({want}); episodes would "
+                                     "sample with OpenRLHF's value"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m agentbridge_openrlhf.validate", description=__doc__.splitlines()[0])
+    p.add_argument("job", nargs="?", help="compiled job directory")
+    p.add_argument("--json", action="store_true", help="print the problems as a JSON list of [where, message]")
+    p.add_argument("--dump-flags", action="store_true", help="print the installed parser's flags as JSON")
+    ns = p.parse_args(argv)
+    if ns.dump_flags:
+        print(json.dumps(dump_flags(), indent=1, default=str, sort_keys=True))
+        return 0
+    if not ns.job:
+        p.error("give a JOB directory or --dump-flags")
+    problems = validate_job(Path(ns.job))
+    if ns.json:
+        print(json.dumps([[pr.where, pr.message] for pr in problems]))
+    else:
+        for pr in problems:
+            print(f"{ns.job}: {pr}", file=sys.stderr)
+        if not problems:
+            print(f"ok: {ns.job} passes OpenRLHF {OPENRLHF_PIN}'s parser and agentbridge's checks")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Stand-in for vLLM (CPU tests only): the few names OpenRLHF 0.11.2's rollout path imports, and a scripted engine.
+
+``AsyncLLMEngine.from_engine_args`` returns ``ScriptedEngine``: a policy with no model that plays turns from
+``$VLLM_STANDIN_SCRIPT`` (JSON: one list of alternative texts per assistant turn), chosen by a seeded RNG, each
+followed by EOS and cut at ``max_tokens``. Everything else on the rollout path is OpenRLHF's own code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import types
+from typing import Any
+
+__version__ = "0.29.0"  # the version OpenRLHF 0.11.2 pins
+
+
+class SamplingParams:
+    def __init__(self, temperature: float = 1.0, top_p: float = 1.0, top_k: int = -1, max_tokens: int | None = 16,
+                 min_tokens: int = 0, skip_special_tokens: bool = True, logprobs: int | None = None,
+                 **kwargs: Any) -> None:
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        self.max_tokens, self.min_tokens = max_tokens, min_tokens
+        self.skip_special_tokens, self.logprobs = skip_special_tokens, logprobs
+        self.__dict__.update(kwargs)
+
+
+class AsyncEngineArgs:
+    def __init__(self, model: str = "", seed: int = 0, **kwargs: Any) -> None:
+        self.model, self.seed, self.kwargs = model, seed, kwargs
+
+
+class _Logprob:
+    def __init__(self, logprob: float) -> None:
+        self.logprob = logprob
+
+
+class ScriptedEngine:
+    """Plays ``$VLLM_STANDIN_SCRIPT``; turn k = number of assistant headers in the prompt minus one."""
+
+    def __init__(self, model: str, seed: int) -> None:
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        self.script: list[list[str]] = json.loads(os.environ["VLLM_STANDIN_SCRIPT"])
+        self.rng = random.Random(seed)
+        self.requests: list[dict[str, Any]] = []
+        self.output_processor = types.SimpleNamespace(get_num_unfinished_requests=lambda: 0)
+
+    async def is_sleeping(self) -> bool:
+        return False
+
+    async def sleep(self, level: int = 1) -> None:  # --vllm.enable_sleep: nothing to free without a GPU
+        return None
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        return None
+
+    async def generate(self, prompt: dict[str, Any], sampling_params: SamplingParams, request_id: str = ""):
+        ids = list(prompt["prompt_token_ids"])
+        images = (prompt.get("multi_modal_data") or {}).get("image") or []
+        text = self.tokenizer.decode(ids)
+        turn = max(0, text.count("<|im_start|>assistant") - 1)
+        choice = self.rng.choice(self.script[min(turn, len(self.script) - 1)])
+        out = list(self.tokenizer.encode(choice, add_special_tokens=False)) + [self.tokenizer.eos_token_id]
+        finish = "stop"
+        if sampling_params.max_tokens is not None and len(out) > sampling_params.max_tokens:
+            out, finish = out[: sampling_params.max_tokens], "length"
+        logprobs = None
+        if sampling_params.logprobs is not None:
+            logprobs = [{t: _Logprob(-round(self.rng.uniform(0.01, 3.0), 4))} for t in out]
+        self.requests.append({"prompt_len": len(ids), "max_tokens": sampling_params.max_tokens,
+                              "images": len(images), "out": out})
+        yield types.SimpleNamespace(outputs=[types.SimpleNamespace(
+            token_ids=out, text=self.tokenizer.decode(out), finish_reason=finish, logprobs=logprobs)])
+
+
+class AsyncLLMEngine:
+    @classmethod
+    def from_engine_args(cls, engine_args: AsyncEngineArgs) -> ScriptedEngine:
+        return ScriptedEngine(engine_args.model, engine_args.seed)

@@ -1,0 +1,7 @@
+"""Stand-in for ``vllm.inputs`` (CPU tests only)."""
+
+from typing import Any
+
+
+def TokensPrompt(**kwargs: Any) -> dict[str, Any]:  # noqa: N802 - vLLM's name (a TypedDict there)
+    return dict(**kwargs)

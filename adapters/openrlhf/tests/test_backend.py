@@ -1,0 +1,113 @@
+"""Compile, launch flags, algorithm mapping and spec checks (none of these need OpenRLHF at run time)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentbridge.spec import load_spec
+from agentbridge_openrlhf.backend import OpenRLHFBackend
+from agentbridge_openrlhf.config import openrlhf_flags
+from agentbridge_openrlhf.validate import dump_flags, job_argv
+
+CALC = "examples/calculator.yaml"
+
+
+def test_plugin_registers_backend_without_importing_openrlhf_or_torch() -> None:
+    code = ("import sys; from agentbridge.plugins import get_plugins; b = get_plugins().backends.get('openrlhf'); "
+            "from agentbridge.spec import load_spec; from pathlib import Path; import tempfile; "
+            f"b.compile(load_spec('{CALC}'), Path(tempfile.mkdtemp()) / 'j'); "
+            "print(type(b).__name__, sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('openrlhf', 'torch', 'ray', 'vllm', 'transformers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "OpenRLHFBackend []"
+
+
+def test_shipped_flag_table_matches_the_installed_parser() -> None:
+    """The table check() uses must be OpenRLHF 0.11.2's: a version drift shows up here."""
+    installed = json.loads(json.dumps(dump_flags(), default=str))
+    assert installed == openrlhf_flags()
+    assert "train.agent_func_path" in installed and "agent_func_path" not in installed
+
+
+def test_compile_writes_the_job(calculator_job: Path) -> None:
+    names = {p.name for p in calculator_job.iterdir()}
+    assert {"manifest.json", "spec.yaml", "agentbridge_agent.py", "launch.sh", "submit.sh", "data"} <= names
+    rows = [json.loads(line) for line in (calculator_job / "data/train.jsonl").read_text().splitlines()]
+    assert len(rows) == 2000 and (calculator_job / "data/eval.jsonl").is_file()
+    task = json.loads(rows[0]["label"])  # the task travels as a JSON string
+    assert isinstance(rows[0]["label"], str) and set(task) == {"id", "prompt", "data"} and "answer" in task["data"]
+    assert rows[0]["prompt"][0]["role"] == "system" and rows[0]["prompt"][-1]["content"] == task["prompt"]
+    agent = (calculator_job / "agentbridge_agent.py").read_text()
+    assert "class AgentExecutor(AgentbridgeExecutor)" in agent and "spec.yaml" in agent
+    manifest = json.loads((calculator_job / "manifest.json").read_text())
+    assert manifest["backend"] == "openrlhf" and manifest["versions"]["openrlhf_pin"] == "0.11.2"
+    spec = load_spec(CALC)
+    assert manifest["tasks"] == {"train": spec.data.train.size, "eval": spec.data.eval.size}
+
+
+def test_launch_flags_are_full_dotted_names_mapped_from_the_spec(calculator_job: Path) -> None:
+    argv = job_argv(calculator_job, model="/m")
+    flags = [a[2:] for a in argv if a.startswith("--")]
+    known = openrlhf_flags()
+    assert all(f in known for f in flags), [f for f in flags if f not in known]  # no abbreviations, no old names
+    value = {argv[i][2:]: argv[i + 1] for i in range(len(argv) - 1) if not argv[i + 1].startswith("--")}
+    assert value["actor.model_name_or_path"] == "/m"
+    assert value["train.agent_func_path"] == str(calculator_job / "agentbridge_agent.py")
+    assert value["algo.advantage.estimator"] == "group_norm"  # the example is dapo: group_norm + ...
+    assert value["data.max_len"] == "768"  # max_prompt_tokens 512 + max_response_tokens 256
+    assert value["rollout.n_samples_per_prompt"] == "4" and value["rollout.batch_size"] == "8"
+    assert value["train.batch_size"] == "32" and value["actor.adam.lr"] == "0.0001"
+    assert {"train.colocate_all", "vllm.enable_sleep", "data.apply_chat_template"} <= set(flags)
+    submit = (calculator_job / "submit.sh").read_text()
+    assert "ray job submit" in submit and "--working-dir \"$JOB\"" in submit
+    remote = subprocess.run(["bash", str(calculator_job / "submit.sh"), "--print-args"], capture_output=True,
+                            env={"MODEL": "/m", "PATH": "/usr/bin:/bin"}, check=True).stdout.decode().split("\0")
+    assert [a.replace(str(calculator_job), ".").replace("runs/calculator", "out") for a in argv] == remote[:-1]
+
+
+@pytest.mark.parametrize(("algo", "flags"), [
+    ("grpo", {"algo.advantage.estimator": "group_norm"}),
+    ("dr_grpo", {"algo.advantage.estimator": "dr_grpo"}),
+    ("rloo", {"algo.advantage.estimator": "rloo"}),
+    ("reinforce_pp", {"algo.advantage.estimator": "reinforce"}),
+    ("gspo", {"algo.advantage.estimator": "group_norm", "actor.policy_loss_type": "gspo"}),
+    ("dapo", {"algo.advantage.estimator": "group_norm", "algo.dynamic_filtering_range": "0.0",
+              "actor.eps_clip_low_high": "0.2", "reward.stop_properly_penalty_coef": "0.0"}),
+    ("ppo", {"algo.advantage.estimator": "gae", "critic.model_name_or_path": "/m"}),
+])
+def test_algorithm_mapping(algo: str, flags: dict[str, str], tmp_path: Path) -> None:
+    spec = load_spec(CALC, [f"algorithm.name={algo}", "algorithm.kl_coef=0.01"])
+    assert OpenRLHFBackend().check(spec) == []
+    argv = job_argv(OpenRLHFBackend().compile(spec, tmp_path / "j").path, model="/m")
+    for flag, value in flags.items():
+        assert argv[argv.index(f"--{flag}") + 1] == value
+    assert "--algo.kl.use_loss" in argv and argv[argv.index("--algo.kl.estimator") + 1] == "k3"
+
+
+@pytest.mark.parametrize(("sets", "where", "text"), [
+    (["algorithm.group_size=1"], "algorithm.group_size", "group_size >= 2"),
+    (["backend.overrides={agent_func_path: x.py}"], "backend.overrides.agent_func_path", "renamed in 0.10.2"),
+    (["backend.overrides={data.label_key: other}"], "backend.overrides.data.label_key", "set by the adapter"),
+    (["backend.options={bogus: 1}"], "backend.options.bogus", "unknown OpenRLHF option"),
+    (["agent.sampling.top_k=5"], "agent.sampling.top_k", "no top_k flag"),
+    (["model.path=builtin:tiny-vl", "algorithm.name=ppo"], "algorithm.name", "no critic for vision-language"),
+])
+def test_check_reports_one_line_per_problem(sets: list[str], where: str, text: str) -> None:
+    problems = OpenRLHFBackend().check(load_spec(CALC, sets))
+    assert len(problems) == 1, [str(p) for p in problems]
+    assert problems[0].where == where and text in problems[0].message and "\n" not in str(problems[0])
+
+
+def test_capabilities_are_consistent_with_what_core_promises() -> None:
+    from agentbridge.backends import FIRST_PARTY_ALGORITHMS
+
+    caps = OpenRLHFBackend().capabilities()
+    assert set(FIRST_PARTY_ALGORITHMS["openrlhf"]) <= set(caps.algorithms)
+    from agentbridge.spec import ALGORITHMS
+
+    assert set(caps.algorithms) == set(ALGORITHMS) and caps.multimodal and caps.tool_images and caps.async_rollout

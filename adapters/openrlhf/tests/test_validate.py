@@ -1,0 +1,83 @@
+"""validate: OpenRLHF 0.11.2's own parser and post-parse checks on the job's command line, plus agentbridge's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentbridge.backends import Job
+from agentbridge.spec import load_spec
+from agentbridge_openrlhf.backend import OpenRLHFBackend
+
+
+def _validate(job: Path) -> list[str]:
+    return [str(p) for p in OpenRLHFBackend().validate(Job.load(job)).problems]
+
+
+def test_compiled_calculator_passes(calculator_job: Path) -> None:
+    assert _validate(calculator_job) == []
+
+
+def test_cli_check_passes_and_prints_ok(calculator_job: Path) -> None:
+    cli = Path(sys.executable).with_name("agentbridge")
+    result = subprocess.run([str(cli), "check", str(calculator_job)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"ok: {calculator_job}")
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (("--train.agent_func_path", "--agent_func_path"), "unrecognized arguments: --agent_func_path"),
+    (("--rollout.n_samples_per_prompt 4", "--rollout.n_samples_per_prompt 1"),
+     "group_norm requires n_samples_per_prompt > 1"),
+    (("--train.colocate_all", "--train.colocate_all\n  --train.async_enable"),
+     "Async RLHF is not supported with --vllm.enable_sleep"),
+    (("--rollout.max_new_tokens 48", "--rollout.max_new_tokens 600"),
+     "rollout.max_new_tokens: 600 >= data.max_len 768 - longest prompt"),
+    (("--data.max_len 768", "--data.max_len 700"), "data.max_len: 700 < agent.max_prompt_tokens"),
+])
+def test_broken_launch_line_fails_with_one_clear_line(calculator_job: Path, tmp_path: Path,
+                                                      edit: tuple[str, str], expected: str) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(calculator_job, job)
+    launch = job / "launch.sh"
+    text = launch.read_text()
+    assert edit[0] in text
+    launch.write_text(text.replace(edit[0], edit[1]))
+    problems = _validate(job)
+    assert len(problems) == 1 and expected in problems[0] and "\n" not in problems[0], problems
+
+
+def test_cli_check_of_a_broken_job_prints_one_line_and_exits_1(calculator_job: Path, tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(calculator_job, job)
+    launch = job / "launch.sh"
+    launch.write_text(launch.read_text().replace("--train.agent_func_path", "--agent_func_path"))
+    cli = Path(sys.executable).with_name("agentbridge")
+    result = subprocess.run([str(cli), "check", str(job)], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        f"error: {job}: launch.sh: OpenRLHF 0.11.2 rejects the command line: unrecognized arguments: "
+        f"--agent_func_path {job}/agentbridge_agent.py"]
+
+
+def test_async_with_sleep_from_the_spec_is_rejected_by_openrlhf(tmp_path: Path) -> None:
+    spec = load_spec("examples/calculator.yaml", ["backend.options={async: true}",
+                                                  "backend.overrides={train.colocate_all: true, "
+                                                  "vllm.enable_sleep: true}"])
+    job = OpenRLHFBackend().compile(spec, tmp_path / "job")
+    problems = _validate(job.path)
+    assert problems == ["launch.sh: OpenRLHF 0.11.2 rejects the command line: Async RLHF is not supported with "
+                        "--vllm.enable_sleep."]
+
+
+def test_reward_model_flags_are_reported_as_ignored(calculator_job: Path, tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(calculator_job, job)
+    launch = job / "launch.sh"
+    launch.write_text(launch.read_text().replace("  --data.apply_chat_template\n", "  --data.apply_chat_template\n"
+                                                 "  --reward.remote_url http://127.0.0.1:5000/get_reward\n"))
+    assert _validate(job) == ["reward.remote_url: ignored in agent mode (OpenRLHF sets it to ['agent']); rewards "
+                              "come from the spec's reward list"]
