@@ -88,7 +88,8 @@ class OpenRLHFBackend:
             notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()] + NOTES + [
                 "rewards are sequence-level: OpenRLHF puts the episode reward on the last generated token and "
                 "broadcasts the advantage over every generated token (no per-turn credit)",
-                "images: initial ones from the dataset's images key, later ones from the environment",
+                "images: initial ones from the dataset's images key, later ones from the environment "
+                "(this path is not yet covered by a CPU test)",
             ])
 
     def check(self, spec: Spec) -> list[Problem]:
