@@ -4,6 +4,7 @@
 #  - adapters/<name>/test.sh: an adapter whose backend pins conflict creates its own venv there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/system-deps.sh
 scripts/install.sh pytest ruff
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 echo "[test] ruff"

@@ -46,7 +46,7 @@ def check_ids(spec: Spec, plugins: Plugins | None = None) -> list[str]:
 
 
 def load_chat_template(name_or_path: str) -> str:
-    """A template file's text, or a vendored template by name (``qwen2_5``, ``qwen2_5_vl``)."""
+    """A template file's text, or a vendored template by name (``qwen2_5``, ``qwen2_5_vl``, ``qwen2_5_vl_tools``)."""
     path = Path(name_or_path)
     if path.is_file():
         return path.read_text(encoding="utf-8")
@@ -54,7 +54,7 @@ def load_chat_template(name_or_path: str) -> str:
     if vendored.is_file():
         return vendored.read_text(encoding="utf-8")
     raise ValueError(f"model.chat_template: '{name_or_path}' is neither a file nor a vendored template "
-                     "(qwen2_5, qwen2_5_vl)")
+                     "(qwen2_5, qwen2_5_vl, qwen2_5_vl_tools)")
 
 
 def read_tasks_jsonl(path: str | Path) -> list[Task]:

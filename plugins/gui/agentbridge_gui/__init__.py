@@ -1,0 +1,1 @@
+"""GUI agent: MiniWoB++ tasks in real headless Chromium (screenshots for VLM agents, DOM text for text agents)."""
