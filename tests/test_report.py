@@ -67,3 +67,21 @@ def test_report_cli(tmp_path: Path) -> None:
     assert res.returncode == 0 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == [f"problem: {tmp_path / 'nope'}: not a run directory (missing)"]
     assert (tmp_path / "out" / "report.html").exists()
+
+
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    import re
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "chromium is missing: run scripts/system-deps.sh"
+    a, b = make_run(tmp_path, "a", "trl", 4), make_run(tmp_path, "b", "verl", 4)
+    path, _ = write_report([a, b], tmp_path / "out")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom"]
+    dom = subprocess.run([chromium, *flags, path.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    plots = re.search(r'data-plots="(\d+)"', dom)
+    rendered = re.search(r'data-rendered="(\d+)"', dom)
+    assert plots and rendered, dom[:500]
+    assert int(plots.group(1)) == 5 and int(rendered.group(1)) == 5

@@ -140,6 +140,12 @@ def _summary(run: RunData) -> dict[str, str]:
             "spec": str(run.manifest.get("spec_hash", "?"))[:10]}
 
 
+# Marks on <body> how many plots the browser decoded, so a headless browser can check the report rendered.
+_RENDER_CHECK = ("<script>addEventListener('load', () => { const imgs = [...document.images]; "
+                 "document.body.dataset.plots = imgs.length; document.body.dataset.rendered = "
+                 "imgs.filter(i => i.complete && i.naturalWidth > 0).length; });</script>")
+
+
 def write_report(run_dirs: list[Path], out_dir: Path) -> tuple[Path, list[str]]:
     """Draw the comparison into ``out_dir``; returns ``report.html`` and the problem/warning lines."""
     problems: list[str] = []
@@ -160,7 +166,7 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> tuple[Path, list[str]]:
             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
             "padding:4px 8px}figure{display:inline-block;margin:1em}</style></head><body>"
             f"<h1>agentbridge report: {len(runs)} run(s)</h1><table><tr>{head}</tr>{body}</table>"
-            f"{'<h2>Problems</h2><ul>' + notes + '</ul>' if notes else ''}{imgs}</body></html>")
+            f"{'<h2>Problems</h2><ul>' + notes + '</ul>' if notes else ''}{imgs}{_RENDER_CHECK}</body></html>")
     path = out_dir / "report.html"
     path.write_text(page)
     return path, problems
