@@ -83,7 +83,10 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
             bar = progress.add_task("SFT", total=None, info="")
 
             def on_step(step: int, total: int, loss: float | None) -> None:
-                progress.update(bar, completed=step, total=total, info=f"loss {loss:.3f}" if loss else "")
+                info = f"loss {loss:.3f}" if loss else ""
+                progress.update(bar, completed=step, total=total, info=info)
+                if not console.is_terminal and step % 25 == 0:  # logs and pipes get a line now and then
+                    console.print(f"  SFT step {step}/{total} {info}")
 
             result = warm_start(model, agent.tokenizer, demos, ws, run_dir / "sft", seed=spec.seed,
                                 use_cpu=spec.resources.gpus_per_node == 0, on_step=on_step)
@@ -96,8 +99,10 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
         bar = progress.add_task("GRPO", total=spec.algorithm.steps, info="")
 
         def on_row(row: dict[str, float]) -> None:
-            progress.update(bar, completed=int(row["step"]),
-                            info=f"reward {row['reward/mean']:.3f}  {row['time/step_s']:.1f}s/step")
+            info = f"reward {row['reward/mean']:.3f}  {row['time/step_s']:.1f}s/step"
+            progress.update(bar, completed=int(row["step"]), info=info)
+            if not console.is_terminal and int(row["step"]) % 5 == 0:
+                console.print(f"  GRPO step {int(row['step'])}/{spec.algorithm.steps} {info}")
 
         logger = RunLogger(run_dir, on_row=on_row)
         trainer, _ = build_trainer(agent, model, grpo_kwargs, train_tasks, logger)
