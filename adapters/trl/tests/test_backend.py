@@ -97,5 +97,6 @@ def test_template_that_cannot_render_tool_calls_fails_before_training(tmp_path: 
 
 
 def test_unknown_backend_is_one_line(tmp_path: Path) -> Any:
-    res = cli("compile", "examples/calculator.yaml", "--backend", "verl")
-    assert res.returncode == 1 and "install agentbridge-verl" in res.stderr
+    res = cli("compile", "examples/calculator.yaml", "--backend", "nemo")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "unknown backend 'nemo'" in res.stderr

@@ -1,0 +1,94 @@
+"""veRL ``AgentLoopBase`` that runs agentbridge's rollout driver, with ``server_manager.generate`` as its policy.
+
+Selected by the job's agent-loop YAML (``_target_``) and the ``agent_name`` column. veRL builds one loop per
+sample; the resolved ``Agent`` (plugins, environment factory, renderer) is built once per worker and reused.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import ConfigDict
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
+
+from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.trajectory import Trajectory
+from agentbridge.spec import load_spec
+from agentbridge_verl.data import task_from_row
+from agentbridge_verl.reward import REWARD_INFO_KEY, reward_extra_info
+from agentbridge_verl.server_policy import ServerPolicy
+
+_AGENTS: dict[tuple[str, int, int, int], Agent] = {}
+
+
+class DriverMetrics(AgentLoopMetrics):
+    """veRL's per-sample timings plus every driver metric (``episode/turns``, ``tools/calls``, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def agent_for(spec_path: str, tokenizer: Any, prompt_length: int, response_length: int) -> Agent:
+    """The spec's ``Agent`` for this tokenizer, its budgets capped to veRL's prompt/response lengths (cached)."""
+    key = (str(Path(spec_path).resolve()), id(tokenizer), prompt_length, response_length)
+    agent = _AGENTS.get(key)
+    if agent is None:
+        agent = Agent(load_spec(spec_path), tokenizer)
+        limits = agent.limits
+        agent.limits = replace(limits, max_prompt_tokens=min(limits.max_prompt_tokens, prompt_length),
+                               max_response_tokens=min(limits.max_response_tokens, response_length),
+                               max_tokens_per_turn=min(limits.max_tokens_per_turn, response_length))
+        _AGENTS[key] = agent
+    return agent
+
+
+def default_spec_path(trainer_config: Any) -> str:
+    """``spec.yaml`` beside the agent-loop YAML: the job directory (or a Ray job's working_dir copy of it)."""
+    path = trainer_config.actor_rollout_ref.rollout.agent.get("agent_loop_config_path") or "agent_loop.yaml"
+    return os.path.join(os.path.dirname(str(path)), "spec.yaml")
+
+
+def to_output(traj: Trajectory, agent: Agent, prompt_length: int, response_length: int, *,
+              logprobs: bool, num_preempted: int = -1) -> AgentLoopOutput:
+    """The trajectory as an ``AgentLoopOutput`` that already fits veRL's padded shapes (veRL does not truncate)."""
+    prompt_ids = traj.prompt_ids[-prompt_length:]
+    response_ids = traj.response_ids[:response_length]
+    metrics = DriverMetrics(generate_sequences=traj.metrics.get("time/generate_s", 0.0),
+                            tool_calls=traj.metrics.get("time/env_s", 0.0), num_preempted=num_preempted,
+                            **{k: float(v) for k, v in traj.metrics.items()})
+    info = {"task_id": traj.task_id, "finish_reason": traj.finish_reason, "error": traj.error or "",
+            "truncated": int(len(traj.prompt_ids) > prompt_length or len(traj.response_ids) > response_length)}
+    return AgentLoopOutput(
+        prompt_ids=prompt_ids,
+        response_ids=response_ids,
+        response_mask=traj.response_mask[:response_length],
+        response_logprobs=traj.logprobs[:response_length] if logprobs else None,
+        multi_modal_data={"images": list(traj.images)} if traj.images else None,
+        reward_score=float(traj.reward),
+        num_turns=sum(1 for m in traj.messages if m.get("role") != "system"),
+        metrics=metrics,
+        extra_fields={REWARD_INFO_KEY: reward_extra_info(traj, agent.spec), "agentbridge": info},
+    )
+
+
+class AgentBridgeAgentLoop(AgentLoopBase):
+    """Runs one agentbridge episode per veRL sample: same tokens, masks, rewards and metrics as every backend."""
+
+    def __init__(self, *args: Any, spec_path: str | None = None, **kwargs: Any) -> None:
+        kwargs.pop("name", None)
+        kwargs.pop("tools", None)  # agentbridge's environment owns the tools
+        super().__init__(*args, **kwargs)
+        self.spec_path = spec_path or default_spec_path(self.config)
+        self.agent = agent_for(self.spec_path, self.tokenizer, self.rollout_config.prompt_length,
+                               self.rollout_config.response_length)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """Rebuild the task from ``extra_info``, run the driver with veRL's server as policy, convert."""
+        task = task_from_row(kwargs.get("extra_info"))
+        policy = ServerPolicy(self.server_manager, sampling_params)
+        (traj,) = await self.agent.run([task], policy, concurrency=1)
+        preempted = policy.num_preempted if policy.calls else -1
+        return to_output(traj, self.agent, self.rollout_config.prompt_length, self.rollout_config.response_length,
+                         logprobs=bool(sampling_params.get("logprobs", True)), num_preempted=preempted)

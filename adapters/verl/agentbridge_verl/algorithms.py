@@ -1,0 +1,71 @@
+"""How each agentbridge algorithm maps onto veRL 0.9.1's trainer config (pure data: imports no veRL).
+
+Keys are dotted paths into veRL's ``ppo_trainer`` config. veRL runs every one of these with a custom agent loop,
+because the agent loop only produces rollouts: advantages and losses are the trainer's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# agentbridge name -> veRL settings. Values follow veRL's own recipes for each method.
+ALGORITHMS: dict[str, dict[str, Any]] = {
+    "grpo": {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": True,
+        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+    },
+    # Dr. GRPO: no std normalisation, no length normalisation (sum over tokens / fixed constant)
+    "dr_grpo": {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": False,
+        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-sum-norm",
+    },
+    # DAPO: clip-higher, token-level loss, no KL; dynamic sampling is not part of veRL 0.9.1's main trainer
+    "dapo": {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": True,
+        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+        "actor_rollout_ref.actor.clip_ratio_low": 0.2,
+        "actor_rollout_ref.actor.clip_ratio_high": 0.28,
+    },
+    # GSPO: sequence-level importance ratio with a tight clip range
+    "gspo": {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": True,
+        "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
+        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+        "actor_rollout_ref.actor.clip_ratio_low": 3e-4,
+        "actor_rollout_ref.actor.clip_ratio_high": 4e-4,
+    },
+    "rloo": {
+        "algorithm.adv_estimator": "rloo",
+        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+    },
+    "reinforce_pp": {
+        "algorithm.adv_estimator": "reinforce_plus_plus",
+        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+    },
+    # PPO with a value model: GAE advantages need a critic (veRL enables it for adv_estimator=gae)
+    "ppo": {
+        "algorithm.adv_estimator": "gae",
+        "algorithm.gamma": 1.0,
+        "algorithm.lam": 1.0,
+        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+    },
+}
+
+# algorithms whose advantage is computed within a group of samples of one prompt
+GROUPED = {"grpo", "dr_grpo", "dapo", "gspo", "rloo"}
+
+NOTES = [
+    "dapo: clip-higher + token-mean loss; dynamic sampling (filter_groups) and the overlong penalty are recipe "
+    "features outside veRL 0.9.1's main trainer, so they are not applied",
+    "ppo: GAE with a critic initialised from model.path (critic.optim.lr = algorithm.lr x 10)",
+    "reinforce_pp: veRL's reinforce_plus_plus estimator (batch-normalised returns)",
+]
+
+
+def needs_critic(name: str) -> bool:
+    """True when the mapped estimator trains a value model."""
+    return ALGORITHMS.get(name, {}).get("algorithm.adv_estimator") == "gae"

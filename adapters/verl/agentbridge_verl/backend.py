@@ -1,0 +1,203 @@
+"""The veRL backend: capabilities, spec checks, compile to a job directory, validate, launch."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentbridge.backends import (
+    Capabilities,
+    Job,
+    JobError,
+    Problem,
+    Report,
+    algorithm_problem,
+    known_capabilities,
+)
+from agentbridge.runs import manifest, package_version
+from agentbridge.spec import Spec, dump_spec, spec_hash
+from agentbridge_verl import VERL_PIN, __version__
+from agentbridge_verl.algorithms import ALGORITHMS, GROUPED, NOTES
+from agentbridge_verl.config import (
+    AGENT_LOOP_FILE,
+    CONFIG_NAME,
+    OPTIONS,
+    REWARD_FILE,
+    ROLLOUT_ENGINES,
+    agent_loop_entries,
+    job_config,
+    n_gpus_per_node,
+    options,
+    path_overrides,
+)
+from agentbridge_verl.data import write_parquet
+
+PYTHON_ENV = "AGENTBRIDGE_VERL_PYTHON"  # the veRL environment's interpreter, when it is not this one
+
+
+class VerlBackend:
+    """Compiles a spec into a veRL 0.9.1 PPO-trainer job whose agent loop runs agentbridge's driver."""
+
+    name = "verl"
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None, async_rollout=True,
+            scale_out="Ray cluster: ray job submit (trainer.nnodes x n_gpus_per_node), vLLM/SGLang rollout servers",
+            notes=[*NOTES, "images: Qwen2-VL / Qwen2.5-VL / Qwen3-VL processors only (veRL binds no others)",
+                   "training needs GPUs (veRL 0.9.1 has no CPU trainer); the agent loop and validation run on CPU"])
+
+    def check(self, spec: Spec) -> list[Problem]:
+        """What in ``spec`` veRL cannot run, one line each (needs no veRL installed)."""
+        problems: list[Problem] = []
+        bad_algo = algorithm_problem(spec, self.name, self.capabilities(), known_capabilities())
+        if bad_algo is not None:
+            problems.append(bad_algo)
+        for key in spec.backend.options:
+            if key not in OPTIONS:
+                problems.append(Problem(f"backend.options.{key}",
+                                        f"unknown veRL option; known: {', '.join(sorted(OPTIONS))}"))
+        engine = options(spec)["rollout_engine"]
+        if engine not in ROLLOUT_ENGINES:
+            problems.append(Problem("backend.options.rollout_engine",
+                                    f"must be one of {', '.join(ROLLOUT_ENGINES)}, got {engine!r}"))
+        if spec.algorithm.name in GROUPED and spec.algorithm.group_size < 2:
+            problems.append(Problem("algorithm.group_size", f"{spec.algorithm.name} computes advantages within a "
+                                    "group: it needs at least 2 samples per prompt"))
+        return problems
+
+    def compile(self, spec: Spec, out: Path) -> Job:
+        """Write the job directory: manifest, spec, parquet data, Hydra config, agent-loop YAML, reward, scripts."""
+        from agentbridge.plugins import get_plugins
+        from agentbridge.rollout.agent import load_tasks
+
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        train, evals = load_tasks(spec, "train"), load_tasks(spec, "eval")
+        write_parquet(out / "data" / "train.parquet", train, "train", spec)
+        if evals:
+            write_parquet(out / "data" / "eval.parquet", evals, "eval", spec)
+        (out / "spec.yaml").write_text(dump_spec(spec))
+        config = job_config(spec)
+        get_plugins().hook.modify_backend_config(spec=spec, backend=self.name, config=config)
+        header = "# veRL 0.9.1 trainer config for this job (extends ppo_trainer); paths come from launch.sh\n"
+        (out / f"{CONFIG_NAME}.yaml").write_text(header + yaml.safe_dump(config, sort_keys=False))
+        (out / AGENT_LOOP_FILE).write_text(yaml.safe_dump(agent_loop_entries(), sort_keys=False))
+        (out / REWARD_FILE).write_text(
+            '"""veRL reward entry: the driver scored each episode inside agentbridge\'s agent loop."""\n\n'
+            "from agentbridge_verl.reward import compute_score  # noqa: F401\n")
+        notes = compile_notes(spec)
+        _script(out / "launch.sh", [f"# NOTE: {n}" for n in notes] + _launch_lines(spec, has_eval=bool(evals)))
+        _script(out / "submit.sh", _submit_lines(spec))
+        job = Job(backend=self.name, path=out, manifest=manifest(
+            kind="job", backend=self.name, spec_hash=spec_hash(spec), seed=spec.seed,
+            versions={"agentbridge-verl": __version__, "verl": package_version("verl"), "verl_pin": VERL_PIN},
+            files=sorted(p.name for p in out.iterdir()), tasks={"train": len(train), "eval": len(evals)},
+            gpus={"nnodes": spec.resources.nodes, "n_gpus_per_node": n_gpus_per_node(spec)}, notes=notes))
+        job.write_manifest()
+        return job
+
+    def validate(self, job: Job) -> Report:
+        """veRL's own checks on the job, in the veRL environment; one line per problem."""
+        if importlib.util.find_spec("verl") is not None:
+            from agentbridge_verl.validate import validate_job
+
+            problems = validate_job(job.path)
+            return Report(ok=not problems, problems=problems)
+        python = os.environ.get(PYTHON_ENV)
+        if not python:
+            return Report(ok=False, problems=[Problem("verl", f"veRL {VERL_PIN} is not installed in this "
+                                                      f"interpreter; set {PYTHON_ENV} to the veRL environment's "
+                                                      "python (bash adapters/verl/test.sh creates .venv-verl)")])
+        res = subprocess.run([python, "-m", "agentbridge_verl.validate", str(job.path)], capture_output=True,
+                             text=True)
+        lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+        if res.returncode == 0:
+            return Report(ok=True)
+        if not lines:
+            tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
+            lines = [f"verl: validation crashed in {python}: {tail}"]
+        return Report(ok=False, problems=[Problem(*ln.split(": ", 1)) if ": " in ln else Problem("verl", ln)
+                                          for ln in lines])
+
+    def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
+               extra_args: list[str] | None = None) -> Path:
+        """Run ``launch.sh`` (veRL's ``main_ppo`` on this machine; it needs GPUs); returns the run directory."""
+        run_dir = run_dir or Path("runs") / job.path.name
+        python = getattr(runner, "python", None) or os.environ.get(PYTHON_ENV) or sys.executable
+        env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": python}
+        result = subprocess.run(["bash", str(job.path / "launch.sh"), *(extra_args or [])], env=env)
+        if result.returncode != 0:
+            raise JobError(f"the veRL job failed (exit {result.returncode}); see the output above")
+        return run_dir
+
+
+def compile_notes(spec: Spec) -> list[str]:
+    """What the job does differently from the spec (kept in the manifest and at the top of launch.sh)."""
+    notes = []
+    if spec.algorithm.warm_start is not None:
+        notes.append("algorithm.warm_start is not run by the veRL job: run the warm start first (e.g. with the TRL "
+                     "backend) and set model.path to its output")
+    if spec.resources.gpus_per_node == 0:
+        notes.append("resources.gpus_per_node is 0, but veRL's trainer needs GPUs: compiled for 1 GPU per node")
+    return notes
+
+
+def verl_python() -> str:
+    """The veRL environment's interpreter: ``$AGENTBRIDGE_VERL_PYTHON``, else this one."""
+    return os.environ.get(PYTHON_ENV) or sys.executable
+
+
+def _script(path: Path, lines: list[str]) -> None:
+    head = ["#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"']
+    path.write_text("\n".join(head + lines) + "\n")
+    path.chmod(0o755)
+
+
+def _model_lines(spec: Spec) -> list[str]:
+    """``MODEL``: a builtin is built (cached) by agentbridge; anything else goes to veRL verbatim."""
+    if spec.model.path.startswith("builtin:"):
+        resolve = "import sys; from agentbridge.models import resolve_model_path as r; print(r(sys.argv[1]))"
+        return [f"MODEL=\"${{MODEL:-$(\"$PYTHON\" -c {shlex.quote(resolve)} {shlex.quote(spec.model.path)})}}\""]
+    return [f"MODEL=\"${{MODEL:-{spec.model.path}}}\""]
+
+
+def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
+    paths = " \\\n  ".join(f'"{o}"' for o in path_overrides(spec, "$ROOT", "$MODEL", has_eval=has_eval))
+    return [
+        "# Run veRL's PPO trainer with agentbridge's agent loop on this machine (veRL's trainer needs GPUs).",
+        "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
+        f"PYTHON=\"${{PYTHON:-{verl_python()}}}\"",
+        'ROOT="${ROOT:-$JOB}"',
+        *_model_lines(spec),
+        f"RUN_DIR=\"${{RUN_DIR:-runs/{spec.name}}}\"",
+        f"exec \"$PYTHON\" -m verl.trainer.main_ppo --config-path \"$JOB\" --config-name {CONFIG_NAME} \\",
+        f"  {paths} \\",
+        '  trainer.default_local_dir="$RUN_DIR/checkpoints" "$@"',
+    ]
+
+
+def _submit_lines(spec: Spec) -> list[str]:
+    nodes, gpus = spec.resources.nodes, n_gpus_per_node(spec)
+    return [
+        "# Submit to a running Ray cluster (ray start --head; ray start --address=... on the other nodes).",
+        "# The job directory is the Ray working_dir, so every node reads data, spec and configs from its own copy.",
+        "# PYTHON is the veRL environment (verl==0.9.1, agentbridge, agentbridge-verl and the spec's plugins)",
+        "# at the same path on every node: Ray runs all workers with it, so agentbridge imports everywhere.",
+        f"PYTHON=\"${{PYTHON:-{verl_python()}}}\"",
+        "RAY_ADDRESS=\"${RAY_ADDRESS:-http://127.0.0.1:8265}\"",
+        f"NNODES=\"${{NNODES:-{nodes}}}\"",
+        f"GPUS_PER_NODE=\"${{GPUS_PER_NODE:-{gpus}}}\"",
+        "RUNTIME_ENV=\"{\\\"py_executable\\\": \\\"$PYTHON\\\", \\\"env_vars\\\": "
+        "{\\\"AGENTBRIDGE_JOB\\\": \\\"$(basename \"$JOB\")\\\"}}\"",
+        "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" --runtime-env-json \"$RUNTIME_ENV\" \\",
+        "  -- env ROOT=. PYTHON=\"$PYTHON\" bash launch.sh \\",
+        "  trainer.nnodes=\"$NNODES\" trainer.n_gpus_per_node=\"$GPUS_PER_NODE\" \"$@\"",
+    ]

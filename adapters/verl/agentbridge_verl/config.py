@@ -1,0 +1,154 @@
+"""Map a spec to veRL 0.9.1's Hydra trainer config (pure: imports no veRL, torch or Hydra).
+
+The job's config file extends ``ppo_trainer`` through Hydra's search path; paths that depend on where the job
+lives (data, model, agent-loop YAML, reward file) are passed as command-line overrides by ``path_overrides``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentbridge.spec.models import Spec
+from agentbridge_verl.algorithms import ALGORITHMS, needs_critic
+
+AGENT_NAME = "agentbridge"
+CONFIG_NAME = "agentbridge_job"
+AGENT_LOOP_TARGET = "agentbridge_verl.agent_loop.AgentBridgeAgentLoop"
+REWARD_FILE = "reward.py"
+AGENT_LOOP_FILE = "agent_loop.yaml"
+
+# options a spec may set under backend.options, and their defaults
+OPTIONS: dict[str, Any] = {
+    "rollout_engine": "vllm",         # vllm | sglang | trtllm (veRL 0.9.1's rollout replicas)
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.5,
+    "micro_batch_size_per_gpu": 1,
+    "agent_workers": 8,
+    "reward_workers": 8,
+    "logger": ["console"],
+    "save_freq": -1,
+    "test_freq": -1,
+}
+ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def options(spec: Spec) -> dict[str, Any]:
+    return {**OPTIONS, **spec.backend.options}
+
+
+def n_gpus_per_node(spec: Spec) -> int:
+    """veRL's trainer always places workers on GPUs: a CPU spec (0 GPUs) compiles for one GPU per node."""
+    return max(1, spec.resources.gpus_per_node)
+
+
+def set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """``tree['a']['b']['c'] = value`` for ``'a.b.c'``, creating mappings on the way."""
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = tree.get(part)
+        if not isinstance(node, dict):
+            node = tree[part] = {}
+        tree = node
+    tree[leaf] = value
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings to ``{'a.b.c': value}`` (lists and scalars are leaves)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def trainer_settings(spec: Spec) -> dict[str, Any]:
+    """Every veRL key this spec sets, dotted, before ``backend.overrides``."""
+    algo, agent, opts = spec.algorithm, spec.agent, options(spec)
+    micro = int(opts["micro_batch_size_per_gpu"])
+    settings: dict[str, Any] = {
+        "algorithm.use_kl_in_reward": False,
+        "data.train_batch_size": algo.batch_size,
+        "data.max_prompt_length": agent.max_prompt_tokens,
+        "data.max_response_length": agent.max_response_tokens,
+        "data.return_raw_chat": True,
+        "data.filter_overlong_prompts": False,
+        "data.truncation": "error",
+        "data.seed": spec.seed,
+        "actor_rollout_ref.actor.optim.lr": algo.lr,
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": algo.warmup_steps,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": algo.batch_size,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.actor.use_kl_loss": algo.kl_coef > 0,
+        "actor_rollout_ref.actor.kl_loss_coef": algo.kl_coef,
+        "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
+        "actor_rollout_ref.rollout.name": opts["rollout_engine"],
+        "actor_rollout_ref.rollout.mode": "async",
+        "actor_rollout_ref.rollout.n": algo.group_size,
+        "actor_rollout_ref.rollout.temperature": agent.sampling.temperature,
+        "actor_rollout_ref.rollout.top_p": agent.sampling.top_p,
+        "actor_rollout_ref.rollout.top_k": agent.sampling.top_k or -1,
+        "actor_rollout_ref.rollout.calculate_log_probs": True,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": int(opts["tensor_parallel_size"]),
+        "actor_rollout_ref.rollout.gpu_memory_utilization": float(opts["gpu_memory_utilization"]),
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.rollout.multi_turn.enable": True,
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": agent.max_turns,
+        "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
+        "actor_rollout_ref.rollout.agent.num_workers": int(opts["agent_workers"]),
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+        "reward.custom_reward_function.name": "compute_score",
+        "reward.reward_manager.name": "naive",
+        "reward.num_workers": int(opts["reward_workers"]),
+        "trainer.project_name": "agentbridge",
+        "trainer.experiment_name": spec.name,
+        "trainer.nnodes": spec.resources.nodes,
+        "trainer.n_gpus_per_node": n_gpus_per_node(spec),
+        "trainer.total_training_steps": algo.steps,
+        "trainer.logger": list(opts["logger"]),
+        "trainer.save_freq": int(opts["save_freq"]),
+        "trainer.test_freq": int(opts["test_freq"]),
+        "trainer.val_before_train": False,
+        **ALGORITHMS.get(algo.name, {}),
+    }
+    if needs_critic(algo.name):
+        settings.update({
+            "critic.optim.lr": algo.lr * 10,
+            "critic.ppo_micro_batch_size_per_gpu": micro,
+        })
+    return settings
+
+
+def overrides(spec: Spec) -> dict[str, Any]:
+    """``backend.overrides`` as dotted keys (a spec may nest them or write them dotted)."""
+    return flatten(spec.backend.overrides)
+
+
+def job_config(spec: Spec) -> dict[str, Any]:
+    """The job's Hydra config file: extends ``ppo_trainer`` and sets the mapped keys, then the overrides."""
+    tree: dict[str, Any] = {}
+    for key, value in {**trainer_settings(spec), **overrides(spec)}.items():
+        set_dotted(tree, key, value)
+    return {"hydra": {"searchpath": ["pkg://verl.trainer.config"]}, "defaults": ["ppo_trainer", "_self_"], **tree}
+
+
+def path_overrides(spec: Spec, job: str, model: str, *, has_eval: bool) -> list[str]:
+    """Hydra overrides for the paths that depend on where the job and the model live."""
+    data = f"{job}/data"
+    out = [
+        f"data.train_files={data}/train.parquet",
+        f"data.val_files={data}/{'eval' if has_eval else 'train'}.parquet",
+        f"actor_rollout_ref.model.path={model}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={job}/{AGENT_LOOP_FILE}",
+        f"reward.custom_reward_function.path={job}/{REWARD_FILE}",
+    ]
+    if needs_critic(spec.algorithm.name):
+        out.append(f"critic.model.path={model}")
+    return out
+
+
+def agent_loop_entries() -> list[dict[str, Any]]:
+    """The agent-loop YAML veRL's ``AgentLoopWorker`` instantiates (``_target_`` is imported in the worker)."""
+    return [{"name": AGENT_NAME, "_target_": AGENT_LOOP_TARGET}]

@@ -1,0 +1,272 @@
+"""Validate a compiled job with veRL 0.9.1's own code, on CPU, without Ray: every problem is one line.
+
+Composes the job's Hydra config (extending ``ppo_trainer``), runs ``validate_config`` and the typed config
+dataclasses as ``main_ppo`` does, loads the reward function, reward manager, agent-loop class and the advantage /
+policy-loss functions, and rejects keys veRL would silently ignore. Run as
+``python -m agentbridge_verl.validate JOB_DIR`` in the veRL environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentbridge.backends import Problem
+from agentbridge.spec import SpecError, load_spec
+from agentbridge_verl import VERL_PIN
+from agentbridge_verl.config import AGENT_LOOP_FILE, CONFIG_NAME, flatten, path_overrides
+
+# legacy top-level keys that still compose in 0.9.1 but main_ppo never reads (only fully_async_main migrates them)
+LEGACY_PREFIXES = {
+    "custom_reward_function": "reward.custom_reward_function",
+    "reward_model": "reward.reward_manager / reward.reward_model",
+}
+REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model", "extra_info", "agent_name")
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of an error, from its cause when Hydra wrapped it (``Error in call to target ...``)."""
+    cause = e.__cause__ if e.__cause__ is not None and str(e).startswith("Error in call to target") else e
+    text = str(cause).strip() or type(cause).__name__
+    return text.splitlines()[0]
+
+
+def _config_dir() -> str:
+    import verl
+
+    return os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+
+
+def unknown_keys(job_keys: dict[str, Any], base: Any) -> list[Problem]:
+    """Keys of the job config that ``ppo_trainer`` does not have (an empty mapping there is open)."""
+    from omegaconf import DictConfig
+
+    problems = []
+    for dotted in job_keys:
+        node: Any = base
+        for i, part in enumerate(dotted.split(".")):
+            if isinstance(node, DictConfig) and len(node) == 0 and i > 0:
+                break  # open mapping, e.g. ray_kwargs.ray_init or override_config
+            if part not in node.keys():  # ``in`` would be False for keys whose value is ??? (missing)
+                where = ".".join(dotted.split(".")[: i + 1])
+                problems.append(Problem(f"{CONFIG_NAME}.yaml: {dotted}",
+                                        f"'{where}' is not a veRL {VERL_PIN} config key; check backend.overrides"))
+                break
+            node = node._get_node(part)
+            if not isinstance(node, DictConfig):
+                break  # a leaf: the job sets its value
+    return problems
+
+
+def legacy_keys(job_keys: dict[str, Any]) -> list[Problem]:
+    """Legacy reward keys veRL 0.9.1 accepts and then ignores."""
+    problems = []
+    for dotted in job_keys:
+        head = dotted.split(".", 1)[0]
+        if head in LEGACY_PREFIXES:
+            problems.append(Problem(f"{CONFIG_NAME}.yaml: {dotted}", f"legacy key that veRL {VERL_PIN}'s main_ppo "
+                                    f"ignores; use {LEGACY_PREFIXES[head]}"))
+    return problems
+
+
+def _dataclasses(cfg: Any) -> list[Problem]:
+    """Build the typed configs ``main_ppo``'s workers build (ref keys remapped like ``engine_workers``)."""
+    from omegaconf import open_dict
+    from verl.trainer.ppo.utils import need_critic
+    from verl.utils.config import omega_conf_to_dataclass
+
+    arr = cfg.actor_rollout_ref
+    ref = arr.ref.copy()
+    with open_dict(ref):
+        ref.ppo_mini_batch_size = arr.actor.ppo_mini_batch_size
+        ref.ppo_micro_batch_size_per_gpu = ref.pop("log_prob_micro_batch_size_per_gpu", None)
+        ref.ppo_micro_batch_size = ref.pop("log_prob_micro_batch_size", None)
+        ref.use_dynamic_bsz = ref.pop("log_prob_use_dynamic_bsz", False)
+        ref.ppo_max_token_len_per_gpu = ref.pop("log_prob_max_token_len_per_gpu", None)
+    parts = {"algorithm": cfg.algorithm, "actor_rollout_ref.actor": arr.actor, "actor_rollout_ref.rollout":
+             arr.rollout, "actor_rollout_ref.model": arr.model, "actor_rollout_ref.ref": ref}
+    if need_critic(cfg):
+        parts["critic"] = cfg.critic
+    problems = []
+    for where, node in parts.items():
+        try:
+            omega_conf_to_dataclass(node)
+        except Exception as e:  # noqa: BLE001 - any rejection is reported as one line
+            problems.append(Problem(where, f"veRL rejects it: {_first_line(e)}"))
+    return problems
+
+
+def _algorithm(cfg: Any) -> list[Problem]:
+    from verl.trainer.ppo import core_algos
+
+    problems = []
+    try:
+        core_algos.get_adv_estimator_fn(cfg.algorithm.adv_estimator)
+    except Exception as e:  # noqa: BLE001
+        problems.append(Problem("algorithm.adv_estimator", f"veRL {VERL_PIN} has no such estimator: "
+                                f"{_first_line(e)}"))
+    loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
+    try:
+        core_algos.get_policy_loss_fn(loss_mode)
+    except Exception as e:  # noqa: BLE001
+        problems.append(Problem("actor_rollout_ref.actor.policy_loss.loss_mode",
+                                f"veRL {VERL_PIN} has no such policy loss: {_first_line(e)}"))
+    return problems
+
+
+def _reward(cfg: Any) -> list[Problem]:
+    from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager_cls
+
+    problems = []
+    try:
+        resolve_reward_manager_cls(cfg)
+    except Exception as e:  # noqa: BLE001
+        problems.append(Problem("reward.reward_manager", f"veRL cannot load it: {_first_line(e)}"))
+    try:
+        fn = get_custom_reward_fn(cfg)
+    except Exception as e:  # noqa: BLE001
+        return [*problems, Problem("reward.custom_reward_function", f"veRL cannot load it: {_first_line(e)}")]
+    if fn is None:
+        problems.append(Problem("reward.custom_reward_function.path", "veRL loads no reward function; the "
+                                "driver's reward would not reach samples the reward loop scores"))
+    return problems
+
+
+def _agent_loop(job_dir: Path, cfg: Any) -> list[Problem]:
+    import hydra
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+
+    path = Path(cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path)
+    problems, names = [], set()
+    for entry in yaml.safe_load(path.read_text()) or []:
+        names.add(entry.get("name"))
+        try:
+            cls = hydra.utils.get_class(entry["_target_"])
+        except Exception as e:  # noqa: BLE001
+            problems.append(Problem(f"{AGENT_LOOP_FILE}: {entry.get('name')}", f"cannot import: {_first_line(e)}"))
+            continue
+        if not issubclass(cls, AgentLoopBase):
+            problems.append(Problem(f"{AGENT_LOOP_FILE}: {entry.get('name')}", f"{entry['_target_']} is not a "
+                                    "veRL AgentLoopBase"))
+    import pyarrow.parquet as pq
+
+    for split in ("train", "eval"):
+        file = job_dir / "data" / f"{split}.parquet"
+        if not file.is_file():
+            continue
+        table = pq.read_table(file)
+        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+        if missing:
+            problems.append(Problem(f"data/{file.name}", f"missing columns: {', '.join(missing)}"))
+            continue
+        unknown = sorted(set(table.column("agent_name").to_pylist()) - names)
+        if unknown:
+            problems.append(Problem(f"data/{file.name}", f"agent_name {', '.join(unknown)} is not in "
+                                    f"{AGENT_LOOP_FILE} ({', '.join(sorted(map(str, names)))})"))
+    return problems
+
+
+def _agent(spec: Any, tokenizer: Any) -> list[Problem]:
+    from agentbridge.rollout.agent import Agent
+
+    try:
+        agent = Agent(spec, tokenizer)
+    except ValueError as e:
+        return [Problem("spec", _first_line(e))]
+    return [Problem("model.chat_template", p) for p in agent.renderer.check()]
+
+
+def compose_job(job_dir: Path, spec: Any, model: str) -> Any:
+    """The job's trainer config as ``main_ppo`` composes it from ``launch.sh``'s command line (unresolved)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    job_dir = Path(job_dir).resolve()
+    overrides = path_overrides(spec, str(job_dir), model, has_eval=(job_dir / "data" / "eval.parquet").is_file())
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(job_dir), version_base=None):
+        return compose(config_name=CONFIG_NAME, overrides=overrides)
+
+
+def validate_job(job_dir: Path) -> list[Problem]:
+    """Every problem veRL 0.9.1 (or agentbridge's side of the job) finds, one line each; veRL's chatter muted."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        return _validate(Path(job_dir))
+
+
+def _validate(job_dir: Path) -> list[Problem]:
+    job_dir = Path(job_dir).resolve()
+    try:
+        spec = load_spec(job_dir / "spec.yaml")
+    except SpecError as e:
+        return [Problem(str(job_dir / "spec.yaml"), line) for line in e.problems]
+    from agentbridge_verl.backend import VerlBackend
+
+    problems = VerlBackend().check(spec)
+    try:
+        import verl
+    except ImportError:
+        return [*problems, Problem("verl", f"veRL is not installed in this interpreter; install "
+                                           f"agentbridge-verl[backend] (verl=={VERL_PIN})")]
+    if verl.__version__ != VERL_PIN:
+        problems.append(Problem("verl", f"version {verl.__version__} is installed; this adapter is built for "
+                                        f"{VERL_PIN}"))
+    from agentbridge.models import ModelError, resolve_model_path
+
+    try:
+        model = str(resolve_model_path(spec.model.path))
+    except (ModelError, OSError) as e:
+        return [*problems, Problem("model.path", _first_line(e).removeprefix("model.path: "))]
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    raw = yaml.safe_load((job_dir / f"{CONFIG_NAME}.yaml").read_text())
+    job_keys = flatten({k: v for k, v in raw.items() if k not in ("hydra", "defaults")})
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=_config_dir(), version_base=None):
+        base = compose(config_name="ppo_trainer")
+    unknown = unknown_keys(job_keys, base)
+    if unknown:  # the typed configs would only repeat these, less clearly
+        return problems + unknown
+    problems += legacy_keys(job_keys)
+    try:
+        cfg = compose_job(job_dir, spec, model)
+    except Exception as e:  # noqa: BLE001 - Hydra's composition errors, one line
+        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"Hydra cannot compose it: {_first_line(e)}")]
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+        OmegaConf.resolve(cfg)
+    except Exception as e:  # noqa: BLE001
+        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"veRL's validate_config rejects it: {_first_line(e)}")]
+    problems += _dataclasses(cfg) + _algorithm(cfg) + _reward(cfg) + _agent_loop(job_dir, cfg)
+    from agentbridge.models import load_tokenizer
+
+    return problems + _agent(spec, load_tokenizer(model))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print one line per problem; exit 1 when there is any."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m agentbridge_verl.validate JOB_DIR", file=sys.stderr)
+        return 2
+    problems = validate_job(Path(args[0]))
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Shared fixtures for the veRL adapter tests (run in the veRL 0.9.1 venv on CPU: bash adapters/verl/test.sh)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbridge.backends import Job
+from agentbridge.spec import load_spec
+from agentbridge_verl.backend import VerlBackend
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+EXAMPLE = "examples/calculator.yaml"
+SMALL = ["data.train.size=8", "data.eval.size=4", "algorithm.batch_size=2", "algorithm.group_size=4"]
+
+
+def compile_job(out: Path, *sets: str, example: str = EXAMPLE) -> Job:
+    """The example compiled with the small settings plus ``sets``."""
+    return VerlBackend().compile(load_spec(example, [*SMALL, *sets]), out)
+
+
+@pytest.fixture(scope="session")
+def small_job(tmp_path_factory: pytest.TempPathFactory) -> Job:
+    return compile_job(tmp_path_factory.mktemp("verl") / "job")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _repo_root() -> None:
+    os.chdir(Path(__file__).resolve().parents[3])
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> tuple[Any, Any]:
+    """builtin:tiny (random-init Qwen2 + its tokenizer), float32 on CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentbridge.models import load_tokenizer, resolve_model_path
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # a 128-wide model gains nothing from threads; 2 shared cores lose a lot
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path("builtin:tiny"), dtype=torch.float32).eval()
+    return model, load_tokenizer("builtin:tiny")
+
+
+@pytest.fixture(scope="session")
+def scripted_rollout(small_job: Job, tiny_model: tuple[Any, Any]) -> dict[str, Any]:
+    """veRL's AgentLoopWorker on 2 prompts x 4 calculator episodes played by the expert (half answer wrong)."""
+    from worker_harness import (
+        HFServerStandIn,
+        calculator_script,
+        compose_worker_config,
+        generate,
+        input_batch,
+        record_trajectories,
+    )
+
+    from agentbridge.rollout.agent import load_tasks
+
+    model, tokenizer = tiny_model
+    cfg = compose_worker_config(small_job.path)
+    recorder = record_trajectories()
+    spec = load_spec(small_job.path / "spec.yaml")
+    server = HFServerStandIn(model, tokenizer, calculator_script(load_tasks(spec, "train")))
+    batch = input_batch(cfg, tokenizer, 2)
+    gen = generate(cfg, server, batch)
+    return {"job": small_job, "cfg": cfg, "gen": gen, "uid": batch.non_tensor_batch["uid"],
+            "trajectories": list(recorder.trajectories)}

@@ -1,0 +1,60 @@
+"""validate: the compiled example passes veRL 0.9.1's own checks; broken variants fail with one clear line each."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import compile_job
+
+from agentbridge.backends import Job
+from agentbridge_verl.backend import VerlBackend
+from agentbridge_verl.validate import validate_job
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentbridge.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_compiled_example_passes_validate(small_job: Job) -> None:
+    report = VerlBackend().validate(small_job)
+    assert report.ok, [str(p) for p in report.problems]
+
+
+@pytest.mark.parametrize("sets, needle", [
+    # 2 prompts x 4 samples = 8 sequences cannot be split over 16 GPUs
+    (["resources.gpus_per_node=8", "resources.nodes=2"], "validate_config rejects it: real_train_batch_size (8) "
+                                                         "must be divisible by minimal possible batch size (16)"),
+    (["backend.overrides.actor_rollout_ref.rollout.fmt=hermes"],
+     "actor_rollout_ref.rollout.fmt: 'actor_rollout_ref.rollout.fmt' is not a veRL 0.9.1 config key"),
+    (["backend.overrides.algorithm.adv_estimator=magic"], "algorithm.adv_estimator: veRL 0.9.1 has no such estimator"),
+    (["backend.overrides.custom_reward_function.path=/tmp/r.py"],
+     "custom_reward_function.path: legacy key that veRL 0.9.1's main_ppo ignores; use reward.custom_reward_function"),
+])
+def test_broken_jobs_fail_with_one_line(tmp_path: Path, sets: list[str], needle: str) -> None:
+    problems = [str(p) for p in validate_job(compile_job(tmp_path / "job", *sets).path)]
+    assert len(problems) == 1, problems
+    assert needle in problems[0], problems
+
+
+def test_check_cli_prints_one_error_line(tmp_path: Path) -> None:
+    job = compile_job(tmp_path / "job", "backend.overrides.algorithm.adv_estimator=magic")
+    res = cli("check", str(job.path))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "no such estimator" in lines[0], lines
+
+
+def test_validate_from_another_interpreter_without_verl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The main environment has no veRL: validate runs this adapter's validator in the veRL interpreter."""
+    job = compile_job(tmp_path / "job", "backend.overrides.algorithm.adv_estimator=magic")
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    monkeypatch.delenv("AGENTBRIDGE_VERL_PYTHON", raising=False)
+    report = VerlBackend().validate(job)
+    assert not report.ok and "set AGENTBRIDGE_VERL_PYTHON" in str(report.problems[0])
+    monkeypatch.setenv("AGENTBRIDGE_VERL_PYTHON", sys.executable)
+    report = VerlBackend().validate(job)
+    assert [p.where for p in report.problems] == ["algorithm.adv_estimator"]

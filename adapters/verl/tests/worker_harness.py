@@ -1,0 +1,153 @@
+"""Drive veRL's own ``AgentLoopWorker`` on CPU. The only stand-in is ``HFServerStandIn``, for the vLLM server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentbridge.env import Task
+from agentbridge.hooks import hookimpl
+from agentbridge.plugins import get_plugins
+from agentbridge.rollout.trajectory import Trajectory
+from agentbridge.spec import load_spec
+
+Script = Callable[[str, str], str]  # (request_id, conversation text so far) -> next assistant text
+
+
+class HFServerStandIn:
+    """Stand-in for veRL's ``LLMServerClient`` (the vLLM server): same ``generate`` signature, a tiny HF model.
+
+    Samples from the model, or, given ``script``, plays scripted turns; either way the log-probs are the model's.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, script: Script | None = None) -> None:
+        self.model, self.tokenizer, self.script = model, tokenizer, script
+        self.requests: list[tuple[str, int, dict[str, Any]]] = []
+
+    def _logprobs(self, prompt_ids: list[int], ids: list[int]) -> list[float]:
+        with torch.no_grad():
+            logits = self.model(torch.tensor([prompt_ids + ids])).logits[0, len(prompt_ids) - 1:-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data: list[Any] | None = None, video_data: Any = None, audio_data: Any = None,
+                       mm_processor_kwargs: Any = None, **kwargs: Any) -> Any:
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.requests.append((request_id, len(prompt_ids), dict(sampling_params)))
+        budget = int(sampling_params["max_tokens"])
+        eos = self.tokenizer.eos_token_id
+        if self.script is not None:
+            text = self.script(request_id, self.tokenizer.decode(prompt_ids))
+            ids = (self.tokenizer.encode(text, add_special_tokens=False) + [eos])[:budget]
+        else:
+            inp = torch.tensor([prompt_ids])
+            with torch.no_grad():
+                out = self.model.generate(inp, attention_mask=torch.ones_like(inp), max_new_tokens=budget,
+                                          do_sample=True, temperature=float(sampling_params["temperature"]) or 1.0,
+                                          top_k=0, top_p=1.0, eos_token_id=eos, pad_token_id=eos)
+            ids = out[0, inp.shape[1]:].tolist()
+            ids = ids[: ids.index(eos) + 1] if eos in ids else ids
+        return TokenOutput(token_ids=ids, log_probs=self._logprobs(list(prompt_ids), ids), stop_reason="completed")
+
+
+def calculator_script(tasks: list[Task]) -> Script:
+    """The calculator expert's turns; every second episode of a task answers wrong (so groups have spread)."""
+    seen: dict[str, list[str]] = {}
+
+    def play(request_id: str, text: str) -> str:
+        task = next(t for t in tasks if t.prompt in text)
+        episodes = seen.setdefault(task.id, [])
+        if request_id not in episodes:
+            episodes.append(request_id)
+        results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", text, re.S)
+        steps = task.data["steps"]
+        if len(results) < len(steps):
+            expression = steps[len(results)].format(prev=results[-1] if results else "")
+            call = json.dumps({"name": "calculator", "arguments": {"expression": expression}})
+            return f"<tool_call>\n{call}\n</tool_call>"
+        wrong = episodes.index(request_id) % 2 == 1
+        return f"<answer>{int(task.data['answer']) + 1 if wrong else task.data['answer']}</answer>"
+
+    return play
+
+
+class TrajectoryRecorder:
+    """An agentbridge plugin that keeps every trajectory the driver finishes (``on_episode_end``)."""
+
+    def __init__(self) -> None:
+        self.trajectories: list[Trajectory] = []
+
+    @hookimpl
+    def on_episode_end(self, trajectory: Trajectory) -> None:
+        self.trajectories.append(trajectory)
+
+
+def record_trajectories() -> TrajectoryRecorder:
+    recorder = TrajectoryRecorder()
+    get_plugins().pm.register(recorder, name=f"test-recorder-{uuid.uuid4().hex[:6]}")
+    return recorder
+
+
+def compose_worker_config(job_dir: Path) -> Any:
+    """The job's composed and resolved trainer config, as ``main_ppo`` would build it."""
+    from omegaconf import OmegaConf
+
+    from agentbridge.models import resolve_model_path
+    from agentbridge_verl.validate import compose_job
+
+    spec = load_spec(job_dir / "spec.yaml")
+    cfg = compose_job(job_dir, spec, str(resolve_model_path(spec.model.path)))
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def input_batch(cfg: Any, tokenizer: Any, rows: int) -> Any:
+    """The first ``rows`` dataset rows, repeated ``rollout.n`` times with a group ``uid`` (as the trainer does)."""
+    from verl.protocol import DataProto
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    dataset = RLHFDataset(cfg.data.train_files, tokenizer, cfg.data, processor=None)
+    batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(rows)]))
+    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(rows)], dtype=object)
+    return batch.repeat(repeat_times=cfg.actor_rollout_ref.rollout.n, interleave=True)
+
+
+def generate(cfg: Any, server: HFServerStandIn, batch: Any) -> Any:
+    """veRL's ``AgentLoopWorker.generate_sequences`` on ``batch`` with ``server`` as its LLM client."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    async def go() -> Any:
+        worker = AgentLoopWorker(cfg, llm_client=server)
+        return await worker.generate_sequences(batch)
+
+    return asyncio.run(go())
+
+
+def unpadded_rows(gen: Any) -> list[dict[str, Any]]:
+    """Each batch row without veRL's padding: prompt/response ids, mask, log-probs, reward."""
+    b = gen.batch
+    prompt_len = b["prompts"].shape[1]
+    rows = []
+    for i in range(len(gen)):
+        attn = b["attention_mask"][i].bool()
+        p_keep, r_keep = attn[:prompt_len], attn[prompt_len:]
+        n_resp = int(r_keep.sum())
+        rows.append({
+            "prompt_ids": b["prompts"][i][p_keep].tolist(),
+            "response_ids": b["responses"][i][r_keep].tolist(),
+            "response_mask": b["response_mask"][i][:n_resp].tolist(),
+            "logprobs": b["rollout_log_probs"][i][:n_resp].tolist(),
+            "reward": float(b["rm_scores"][i].sum()),
+            "reward_at": int(b["rm_scores"][i].nonzero()[0, 0]) if b["rm_scores"][i].any() else n_resp - 1,
+            "n_resp": n_resp,
+        })
+    return rows
