@@ -1,0 +1,3 @@
+from agentbridge_search.cli import main
+
+raise SystemExit(main())

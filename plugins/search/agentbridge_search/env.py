@@ -1,0 +1,108 @@
+"""The search environment, its ``search`` tool and the scripted expert."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from agentbridge.env import Message, StepResult, text_of
+from agentbridge.tools import ToolEnvironment, ToolSpec, tool
+from agentbridge_search.client import HttpBackend, InProcessBackend, SearchBackend, default_url, format_results
+
+MAX_QUERY_CHARS = 500
+SYSTEM_PROMPT = ("Answer the question by searching. Call the search tool once per fact you need, "
+                 "then give the final answer as <answer>...</answer>.")
+
+
+def make_backend(retriever: str = "bm25", url: str | None = None, http_timeout_s: float = 5.0,
+                 world_seed: int = 0, world_args: dict[str, Any] | None = None) -> SearchBackend:
+    """HTTP when ``url`` (or ``$AGENTBRIDGE_SEARCH_URL``) is set, else an in-process retriever over the world."""
+    url = url or default_url()
+    if url:
+        return HttpBackend(url, timeout_s=http_timeout_s)
+    from agentbridge_search.retrievers import world_retriever
+
+    return InProcessBackend(world_retriever(retriever, world_seed, **(world_args or {})))
+
+
+def search_tool(backend: SearchBackend, topk: int = 3) -> ToolSpec:
+    """The ``search`` tool bound to ``backend``."""
+
+    @tool(name="search")
+    async def search(query: str) -> str:
+        """Search the knowledge base and return the best matching passages, each as "[id] Title: text".
+
+        Args:
+            query: What to look for, e.g. a name or "currency of France".
+        """
+        query = query.strip()
+        if not query:
+            raise ValueError("query is empty")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ValueError(f"query is longer than {MAX_QUERY_CHARS} characters")
+        rows = await backend.retrieve([query], topk)
+        return format_results(rows[0])
+
+    return search
+
+
+class _LazyDefault:
+    backend: SearchBackend | None = None
+
+    async def retrieve(self, queries: Sequence[str], topk: int) -> list[list[dict[str, Any]]]:
+        if self.backend is None:
+            self.backend = make_backend()
+        return await self.backend.retrieve(queries, topk)
+
+    async def close(self) -> None:
+        return None
+
+
+search = search_tool(_LazyDefault())  # the registered tool: $AGENTBRIDGE_SEARCH_URL or in-process BM25, world 0
+
+
+class SearchEnv(ToolEnvironment):
+    """Multi-hop QA with a ``search`` tool; ends when the model answers without a tool call.
+
+    Args mirror the spec's ``environment.args``: ``retriever`` (bm25 | dense), ``topk``, ``url`` (a Search-R1
+    server, or several comma-separated replicas; default in-process), ``http_timeout_s``, ``world_seed`` and
+    ``world`` (extra ``build_world`` arguments; must match the data's).
+    """
+
+    def __init__(self, tools: Sequence[ToolSpec] | None = None, retriever: str = "bm25", topk: int = 3,
+                 url: str | None = None, http_timeout_s: float = 5.0, world_seed: int = 0,
+                 world: dict[str, Any] | None = None, timeout_s: float = 10.0, max_output_chars: int = 2000,
+                 backend: SearchBackend | None = None) -> None:
+        if not isinstance(topk, int) or not 1 <= topk <= 50:
+            raise ValueError(f"environment.args.topk: must be an integer from 1 to 50, got {topk!r}")
+        self._owns_backend = backend is None
+        self.backend = backend or make_backend(retriever, url, http_timeout_s, world_seed, world)
+        own = search_tool(self.backend, topk)
+        others = [t for t in (tools or []) if getattr(t, "name", None) != "search"]
+        super().__init__([own, *others], timeout_s=timeout_s, max_output_chars=max_output_chars)
+
+    async def step(self, action: Message) -> StepResult:
+        result = await super().step(action)
+        if not result.done:
+            result.metrics["search/queries"] = float(sum(c["function"].get("name") == "search"
+                                                         for c in action.get("tool_calls") or []))
+        return result
+
+    def expert_action(self) -> str:
+        """Search each hop's query in turn, then answer with the first gold answer."""
+        assert self.task is not None, "expert_action() before reset()"
+        done = sum(1 for m in self.history if m.get("role") == "tool")
+        queries: list[str] = self.task.data["queries"]
+        if done < len(queries):
+            call = json.dumps({"name": "search", "arguments": {"query": queries[done]}})
+            return f"<tool_call>\n{call}\n</tool_call>"
+        return f"<answer>{self.task.data['answer'][0]}</answer>"
+
+    async def close(self) -> None:
+        if self._owns_backend:
+            await self.backend.close()
+
+
+def observed_text(messages: Sequence[Message]) -> str:
+    return "\n".join(text_of(m) for m in messages if m.get("role") == "tool")

@@ -1,0 +1,116 @@
+"""The environment end to end: the expert solves tasks in-process and over HTTP; dead or slow servers fail softly."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from conftest import SMALL
+
+from agentbridge.models import load_tokenizer
+from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.policy import ScriptedPolicy
+from agentbridge.spec import load_spec
+from agentbridge_search.retrievers import world_retriever
+from agentbridge_search.server import create_app
+
+TOKENIZER = load_tokenizer("builtin:tiny")
+SMALL_SETS = [f"{where}.world.{k}={v}" for where in ("environment.args", "data.train.args", "data.eval.args")
+              for k, v in SMALL.items()]
+
+
+def agent(*sets: str) -> Agent:
+    return Agent.from_spec(load_spec("examples/search.yaml", [*SMALL_SETS, *sets]), TOKENIZER)
+
+
+def run_expert(a: Agent, n: int) -> list:
+    tasks = a.tasks("eval", size=n)
+    return asyncio.run(a.run(tasks, lambda env: ScriptedPolicy.for_env(env, TOKENIZER)))
+
+
+def test_expert_solves_in_process() -> None:
+    trajs = run_expert(agent(), 24)
+    assert all(t.finish_reason == "done" for t in trajs), [t.error for t in trajs]
+    for name in ("search/exact_match", "search/f1", "search/format"):
+        assert all(t.reward_components[name] == 1.0 for t in trajs), name
+    assert sum(t.reward_components["search/support"] for t in trajs) / len(trajs) >= 0.9
+    assert all(t.metrics["tools/failures"] == 0 and t.metrics["search/queries"] >= 2 for t in trajs)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    import uvicorn
+
+    app = create_app(world_retriever("bm25", 0, **SMALL))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(5)
+
+
+def test_expert_solves_over_http(server_url: str) -> None:
+    trajs = run_expert(agent(f"environment.args.url={server_url},{server_url}"), 12)  # two "replicas"
+    assert all(t.reward_components["search/exact_match"] == 1.0 for t in trajs), [t.error for t in trajs]
+    assert sum(t.reward_components["search/support"] for t in trajs) / len(trajs) >= 0.9
+
+
+def test_dead_server_gives_tool_errors() -> None:
+    trajs = run_expert(agent(f"environment.args.url=http://127.0.0.1:{_free_port()}"), 4)
+    for t in trajs:
+        assert t.finish_reason == "done" and t.metrics["tools/failures"] == t.metrics["tools/calls"] >= 2
+        assert "unreachable" in t.turns[0].observations[0]["content"]
+        assert t.reward_components["search/support"] == 0.0
+
+
+def test_slow_server_times_out() -> None:
+    hold: list[socket.socket] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # accepts connections, never answers
+
+    def accept() -> None:
+        while True:
+            try:
+                hold.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    port = listener.getsockname()[1]
+    try:
+        started = time.monotonic()
+        trajs = run_expert(agent(f"environment.args.url=http://127.0.0.1:{port}",
+                                 "environment.args.http_timeout_s=0.3"), 4)
+        assert time.monotonic() - started < 30
+    finally:
+        listener.close()
+        for s in hold:
+            s.close()
+    for t in trajs:
+        assert t.finish_reason == "done" and t.metrics["tools/failures"] >= 2
+        assert "did not answer within 0.3s" in t.turns[0].observations[0]["content"]
+
+
+def test_bad_env_args_are_one_line() -> None:
+    from agentbridge_search.env import SearchEnv
+
+    with pytest.raises(ValueError, match="topk: must be an integer from 1 to 50"):
+        SearchEnv(topk=0, url="http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="retriever must be one of"):
+        SearchEnv(retriever="nope", world=SMALL)
