@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-pip() { .venv/bin/python -m pip "$@"; }
+# pip, without the notes about this machine's local wheel mirrors
+pip() { .venv/bin/python -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither" || true; }; return "${PIPESTATUS[0]}"; }
 echo "[install] torch (CPU build) and agentbridge into .venv"
 pip install -q torch==2.13.0
 plugins=(); for p in plugins/*/; do plugins+=(-e "$p"); done
