@@ -29,7 +29,8 @@ def problems(tmp_path: Path, text: str, sets: list[str] | None = None) -> list[s
 def test_example_loads() -> None:
     spec = load_spec("examples/calculator.yaml")
     assert spec.environment.id == "math/calculator" and spec.reward[0].weight == 1.0
-    assert spec.algorithm.name == "grpo" and spec.agent.max_tokens_per_turn == 48
+    assert spec.algorithm.name == "dapo" and spec.agent.max_tokens_per_turn == 48
+    assert spec.algorithm.warm_start is not None and spec.algorithm.warm_start.demos == 4800
 
 
 def test_wrong_type_names_file_field_and_line(tmp_path: Path) -> None:

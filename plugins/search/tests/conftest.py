@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-SMALL = {"cities": 300, "towns": 20, "companies": 30, "people": 60, "distractors": 100}
-
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

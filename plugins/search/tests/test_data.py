@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import SMALL
+from small_world import SMALL
 
 from agentbridge_search.cli import main
 from agentbridge_search.data import build_world, multihop_tasks, statistics

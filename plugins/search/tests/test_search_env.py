@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import SMALL
+from small_world import SMALL
 
 from agentbridge.models import load_tokenizer
 from agentbridge.rollout.agent import Agent
