@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     from agentbridge_trl.trainer import RunLogger, build_trainer, load_model
     from agentbridge_trl.warm_start import demonstrations, warm_start
 
+    warnings.filterwarnings("ignore", message=".*deprecated and will be removed in v6.*", category=FutureWarning)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     console = Console(stderr=True, quiet=quiet)
