@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -107,6 +110,17 @@ def algorithm_problem(spec: Spec, backend: str, capabilities: Capabilities,
     hint = f"; backends that can: {', '.join(can)}" if can else ""
     return Problem("algorithm.name", f"{backend} cannot run '{algo}' (it runs {', '.join(capabilities.algorithms)})"
                    f"{hint}")
+
+
+def backend_python(name: str, module: str) -> str | None:
+    """The interpreter of a backend's environment: this one when ``module`` imports here, else
+    ``$AGENTBRIDGE_<NAME>_PYTHON``, else ``.venv-<name>/bin/python`` in the working directory; None if none."""
+    if importlib.util.find_spec(module) is not None:
+        return sys.executable
+    for candidate in (os.environ.get(f"AGENTBRIDGE_{name.upper()}_PYTHON"), f".venv-{name}/bin/python"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

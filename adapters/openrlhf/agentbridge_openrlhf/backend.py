@@ -19,6 +19,7 @@ from agentbridge.backends import (
     Problem,
     Report,
     algorithm_problem,
+    backend_python,
     known_capabilities,
 )
 from agentbridge.runs import manifest, package_version, write_jsonl
@@ -209,13 +210,12 @@ class OpenRLHFBackend:
 
 def openrlhf_python() -> str | None:
     """This interpreter when it has OpenRLHF, else ``$AGENTBRIDGE_OPENRLHF_PYTHON``, else ``./.venv-openrlhf``."""
-    if importlib.util.find_spec("openrlhf") is not None:
-        return sys.executable
-    for candidate in (os.environ.get(PYTHON_ENV), ".venv-openrlhf/bin/python",
-                      str(Path(__file__).resolve().parents[3] / ".venv-openrlhf" / "bin" / "python")):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return None
+    return backend_python("openrlhf", "openrlhf") or _repo_venv()
+
+
+def _repo_venv() -> str | None:
+    candidate = Path(__file__).resolve().parents[3] / ".venv-openrlhf" / "bin" / "python"
+    return str(candidate) if candidate.is_file() else None
 
 
 def _quote(arg: str, job: str, model: str, out: str) -> str:

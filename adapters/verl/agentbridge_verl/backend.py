@@ -19,6 +19,7 @@ from agentbridge.backends import (
     Problem,
     Report,
     algorithm_problem,
+    backend_python,
     known_capabilities,
 )
 from agentbridge.runs import manifest, package_version
@@ -111,7 +112,7 @@ class VerlBackend:
 
             problems = validate_job(job.path)
             return Report(ok=not problems, problems=problems)
-        python = os.environ.get(PYTHON_ENV)
+        python = backend_python("verl", "verl")
         if not python:
             return Report(ok=False, problems=[Problem("verl", f"veRL {VERL_PIN} is not installed in this "
                                                       f"interpreter; set {PYTHON_ENV} to the veRL environment's "
@@ -131,7 +132,7 @@ class VerlBackend:
                extra_args: list[str] | None = None) -> Path:
         """Run ``launch.sh`` (veRL's ``main_ppo`` on this machine; it needs GPUs); returns the run directory."""
         run_dir = run_dir or Path("runs") / job.path.name
-        python = getattr(runner, "python", None) or os.environ.get(PYTHON_ENV) or sys.executable
+        python = getattr(runner, "python", None) or backend_python("verl", "verl") or sys.executable
         env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": python}
         result = subprocess.run(["bash", str(job.path / "launch.sh"), *(extra_args or [])], env=env)
         if result.returncode != 0:
@@ -151,8 +152,8 @@ def compile_notes(spec: Spec) -> list[str]:
 
 
 def verl_python() -> str:
-    """The veRL environment's interpreter: ``$AGENTBRIDGE_VERL_PYTHON``, else this one."""
-    return os.environ.get(PYTHON_ENV) or sys.executable
+    """The veRL environment's interpreter (see ``agentbridge.backends.backend_python``), else this one."""
+    return backend_python("verl", "verl") or sys.executable
 
 
 def _script(path: Path, lines: list[str]) -> None:
