@@ -53,6 +53,7 @@ def test_validate_from_another_interpreter_without_verl(tmp_path: Path, monkeypa
     job = compile_job(tmp_path / "job", "backend.overrides.algorithm.adv_estimator=magic")
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
     monkeypatch.delenv("AGENTBRIDGE_VERL_PYTHON", raising=False)
+    monkeypatch.chdir(tmp_path)  # no .venv-verl here either
     report = VerlBackend().validate(job)
     assert not report.ok and "set AGENTBRIDGE_VERL_PYTHON" in str(report.problems[0])
     monkeypatch.setenv("AGENTBRIDGE_VERL_PYTHON", sys.executable)
