@@ -61,7 +61,8 @@ def test_launch_flags_are_full_dotted_names_mapped_from_the_spec(calculator_job:
     assert value["algo.advantage.estimator"] == "group_norm"  # the example is dapo: group_norm + ...
     assert value["data.max_len"] == "768"  # max_prompt_tokens 512 + max_response_tokens 256
     assert value["rollout.n_samples_per_prompt"] == "4" and value["rollout.batch_size"] == "8"
-    assert value["train.batch_size"] == "32" and value["actor.adam.lr"] == "0.0001"
+    lr = load_spec(CALC).algorithm.lr
+    assert value["train.batch_size"] == "32" and float(value["actor.adam.lr"]) == lr
     assert {"train.colocate_all", "vllm.enable_sleep", "data.apply_chat_template"} <= set(flags)
     submit = (calculator_job / "submit.sh").read_text()
     assert "ray job submit" in submit and "--working-dir \"$JOB\"" in submit
