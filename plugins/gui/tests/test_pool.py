@@ -109,7 +109,10 @@ def test_pool_bounds_browsers_and_reuses_them() -> None:
 
 
 SCRIPT = textwrap.dedent("""
-    import asyncio, json, sys, time
+    import asyncio, json, signal, sys, time
+    # a job started in the background by a non-interactive shell inherits SIGINT as ignored; a terminal's Ctrl-C
+    # reaches a Python that has its default handler, so put it back
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from agentbridge.env import Task
     from agentbridge_gui.browser import BrowserPool
     from agentbridge_gui.env import MiniWoBEnv
