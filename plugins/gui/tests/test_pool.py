@@ -100,7 +100,9 @@ def test_pool_bounds_browsers_and_reuses_them() -> None:
                 return 0.0
 
             await asyncio.gather(*(one(e, i) for i, e in enumerate(envs)))
-            assert len(pool.browsers) <= 2 and pool.stats.started == 2 and pool.stats.episodes == 5
+            assert len(pool.browsers) <= 2 and pool.stats.episodes == 5
+            # reused, not one per episode; a browser that reached max_episodes may already have been replaced
+            assert pool.stats.started - pool.stats.recycled - pool.stats.replaced <= 2 and pool.stats.started <= 3
             await asyncio.gather(*(one(MiniWoBEnv(pool=pool), 10 + i) for i in range(3)))
             assert pool.stats.recycled >= 1  # max_episodes=3: old browsers are replaced
             assert len(pool.browsers) <= 2
