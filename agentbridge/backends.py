@@ -123,5 +123,22 @@ def backend_python(name: str, module: str) -> str | None:
     return None
 
 
+def validate_in(python: str, module: str, job: Job) -> Report:
+    """Run ``python -m <module> JOB --json`` (a backend's validator, in that backend's environment).
+
+    The validator prints a JSON list of ``[where, message]``; anything else is reported as one line.
+    """
+    import subprocess
+
+    result = subprocess.run([python, "-m", module, str(job.path), "--json"], capture_output=True, text=True)
+    try:
+        rows = json.loads(result.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return Report(ok=False, problems=[Problem(job.backend, f"the validator failed in {python}: {tail}")])
+    problems = [Problem(where, message) for where, message in rows]
+    return Report(ok=not problems, problems=problems)
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     return asdict(obj)

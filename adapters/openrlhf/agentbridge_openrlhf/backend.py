@@ -21,6 +21,7 @@ from agentbridge.backends import (
     algorithm_problem,
     backend_python,
     known_capabilities,
+    validate_in,
 )
 from agentbridge.runs import manifest, package_version, write_jsonl
 from agentbridge.spec import Spec, dump_spec, spec_hash
@@ -180,15 +181,7 @@ class OpenRLHFBackend:
             return Report(ok=False, problems=[Problem("openrlhf", f"OpenRLHF {OPENRLHF_PIN} is not installed here; "
                                                                   f"set {PYTHON_ENV} to its environment's python "
                                                                   "(bash adapters/openrlhf/test.sh creates one)")])
-        result = subprocess.run([python, "-m", "agentbridge_openrlhf.validate", str(job.path), "--json"],
-                                capture_output=True, text=True)
-        try:
-            rows = json.loads(result.stdout.strip().splitlines()[-1])
-        except (json.JSONDecodeError, IndexError):
-            tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            return Report(ok=False, problems=[Problem("openrlhf", f"the validator failed in {python}: {tail}")])
-        problems = [Problem(where, message) for where, message in rows]
-        return Report(ok=not problems, problems=problems)
+        return validate_in(python, "agentbridge_openrlhf.validate", job)
 
     def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
                extra_args: list[str] | None = None) -> Path:

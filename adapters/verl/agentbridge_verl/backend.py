@@ -21,6 +21,7 @@ from agentbridge.backends import (
     algorithm_problem,
     backend_python,
     known_capabilities,
+    validate_in,
 )
 from agentbridge.runs import manifest, package_version
 from agentbridge.spec import Spec, dump_spec, spec_hash
@@ -117,16 +118,7 @@ class VerlBackend:
             return Report(ok=False, problems=[Problem("verl", f"veRL {VERL_PIN} is not installed in this "
                                                       f"interpreter; set {PYTHON_ENV} to the veRL environment's "
                                                       "python (bash adapters/verl/test.sh creates .venv-verl)")])
-        res = subprocess.run([python, "-m", "agentbridge_verl.validate", str(job.path)], capture_output=True,
-                             text=True)
-        lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
-        if res.returncode == 0:
-            return Report(ok=True)
-        if not lines:
-            tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
-            lines = [f"verl: validation crashed in {python}: {tail}"]
-        return Report(ok=False, problems=[Problem(*ln.split(": ", 1)) if ": " in ln else Problem("verl", ln)
-                                          for ln in lines])
+        return validate_in(python, "agentbridge_verl.validate", job)
 
     def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
                extra_args: list[str] | None = None) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import sys
 import warnings
@@ -257,13 +258,17 @@ def _validate(job_dir: Path) -> list[Problem]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print one line per problem; exit 1 when there is any."""
+    """Print one line per problem (or, with ``--json``, a JSON list of [where, message]); exit 1 on any."""
     args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
+    args = [a for a in args if a != "--json"]
     if len(args) != 1:
-        print("usage: python -m agentbridge_verl.validate JOB_DIR", file=sys.stderr)
+        print("usage: python -m agentbridge_verl.validate JOB_DIR [--json]", file=sys.stderr)
         return 2
     problems = validate_job(Path(args[0]))
-    for problem in problems:
+    if as_json:
+        print(json.dumps([[p.where, p.message] for p in problems]))
+    for problem in [] if as_json else problems:
         print(problem)
     return 1 if problems else 0
 
