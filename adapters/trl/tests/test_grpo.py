@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 import torch
+from expert_mix import mix_in_expert
 
 from agentbridge.models import resolve_model_path
 from agentbridge.rollout.agent import Agent
 from agentbridge_trl.config import grpo_config_kwargs, reward_components
-from agentbridge_trl.rollout import AgentRollout
 from agentbridge_trl.trainer import build_trainer
 
 
@@ -26,20 +26,7 @@ def trained(spec: Any, tmp_path: Any, scripted_share: bool = True) -> dict[str, 
     seen: dict[str, list[Any]] = {"masks": [], "trajs": [], "logs": []}
 
     if scripted_share:  # every other episode is the expert: real tool calls, tool tokens, nonzero rewards
-        from agentbridge.rollout.policy import ScriptedPolicy
-
-        plain = AgentRollout.policy
-
-        def mixed(self: AgentRollout, tr: Any, m: Any) -> Any:
-            sampled = plain(self, tr, m)
-            flip = {"n": 0}
-
-            def choose(env: Any) -> Any:
-                flip["n"] += 1
-                return ScriptedPolicy.for_env(env, agent.tokenizer) if flip["n"] % 2 else sampled
-            return choose
-
-        rollout.policy = mixed.__get__(rollout)  # type: ignore[method-assign]
+        mix_in_expert(rollout, agent.tokenizer)
 
     original_loss = trainer._compute_loss
 

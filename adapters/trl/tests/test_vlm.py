@@ -12,14 +12,13 @@ import torch
 pytest.importorskip("PIL")
 
 import click_env  # noqa: E402
+from expert_mix import mix_in_expert
 
 from agentbridge.models import load_tokenizer  # noqa: E402
 from agentbridge.plugins import Plugins  # noqa: E402
 from agentbridge.rollout.agent import Agent  # noqa: E402
-from agentbridge.rollout.policy import ScriptedPolicy  # noqa: E402
 from agentbridge.spec import load_spec  # noqa: E402
 from agentbridge_trl.config import grpo_config_kwargs  # noqa: E402
-from agentbridge_trl.rollout import AgentRollout  # noqa: E402
 from agentbridge_trl.trainer import build_trainer, load_model  # noqa: E402
 
 
@@ -33,18 +32,7 @@ def run(tmp_path_factory: Any) -> dict[str, Any]:
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer, rollout = build_trainer(agent, model, grpo_config_kwargs(spec, str(tmp / "out")), agent.tasks("train"))
 
-    plain = AgentRollout.policy
-
-    def mixed(self: AgentRollout, tr: Any, m: Any) -> Any:  # every other episode plays the expert (tool images)
-        sampled = plain(self, tr, m)
-        flip = {"n": 0}
-
-        def choose(env: Any) -> Any:
-            flip["n"] += 1
-            return ScriptedPolicy.for_env(env, agent.tokenizer) if flip["n"] % 2 else sampled
-        return choose
-
-    rollout.policy = mixed.__get__(rollout)  # type: ignore[method-assign]
+    mix_in_expert(rollout, agent.tokenizer)  # every other episode plays the expert
     seen: list[dict[str, Any]] = []
     original_loss = trainer._compute_loss
 
