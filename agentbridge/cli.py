@@ -282,6 +282,47 @@ def report(run_dirs: tuple[str, ...], out: str) -> None:
     click.echo(f"wrote {path}")
 
 
+@main.command()
+@click.option("--backend", "backend_names", required=True, metavar="NAME[,NAME...]",
+              help="Backend(s) to check, comma-separated.")
+@click.option("--kind", type=click.Choice(["text", "vlm", "all"]), default="all", show_default=True,
+              help="Golden episodes for a text model, a vision-language model, or both.")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Keep the compiled golden jobs here (default: a temporary directory).")
+@user_errors
+def conformance(backend_names: str, kind: str, workdir: str | None) -> None:
+    """Push the golden episodes through each backend's real path; its ids, masks, log-probs, rewards and images
+    must equal the driver's."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentbridge.conformance import KINDS, run_suite
+
+    kinds = KINDS if kind == "all" else (kind,)
+    console = Console()
+    failed = False
+    for name in [n.strip() for n in backend_names.split(",") if n.strip()]:
+        with console.status(f"conformance: {name}"):
+            results = run_suite(name, kinds, Path(workdir) / name if workdir else None)
+        table = Table("kind", "case", "result", title=f"conformance: {name}")
+        for result in results:
+            if result.skipped:
+                table.add_row(result.kind, "*", f"skipped: {result.skipped}")
+                continue
+            general = [p for p in result.problems if " case " not in p]
+            for case, fields in result.case_fields().items():
+                verdict = "[red]error[/red]" if general else (
+                    f"[red]differs: {', '.join(dict.fromkeys(fields))}[/red]" if fields else "[green]identical[/green]")
+                table.add_row(result.kind, case, verdict)
+            failed |= not result.ok
+        console.print(table)
+        for result in results:
+            for line in result.problems:
+                click.echo(f"problem: {line}", err=True)
+    if failed:
+        sys.exit(1)
+
+
 def _print_summary(summary: dict[str, float], n: int) -> None:
     from rich.console import Console
     from rich.table import Table

@@ -78,8 +78,10 @@ class Plugins:
         self.dists: dict[str, tuple[str, str]] = {}
         self.errors: list[str] = []
         from agentbridge import builtins
+        from agentbridge.conformance import golden
 
         self._add("agentbridge.builtins", builtins, ("agentbridge", __version__))
+        self._add("agentbridge.conformance", golden, ("agentbridge", __version__))
         if entry_points:
             for ep in sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
                 dist = (ep.dist.name, ep.dist.version) if ep.dist else ("?", "?")

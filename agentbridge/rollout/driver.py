@@ -108,11 +108,11 @@ async def run_episode(policy: Policy, env: Environment, task: Task, renderer: Re
             await env.close()
         except Exception as e:  # noqa: BLE001
             traj.error = traj.error or f"close failed: {type(e).__name__}: {e}"
-    await _score(traj, task, rewards, process_reward)
     metrics.update({"episode/turns": float(len(traj.turns)),
                     "episode/response_tokens": float(len(traj.response_ids)),
                     "episode/generated_tokens": float(sum(traj.response_mask))})
-    traj.metrics.update(metrics)
+    traj.metrics.update(metrics)  # before scoring: rewards may read them (core/format reads parse errors)
+    await _score(traj, task, rewards, process_reward)
     return traj
 
 

@@ -31,6 +31,13 @@ class TrlBackend:
     """Compiles a spec into a TRL GRPO job whose rollouts run agentbridge's driver (``rollout_func``)."""
 
     name = "trl"
+    module = "trl"  # what must import for this backend to run here
+
+    def conformance(self, kind: str, workdir: Path) -> list[Any]:
+        """The golden episodes of ``kind`` through TRL's rollout path (``agentbridge.conformance``)."""
+        from agentbridge_trl.conformance import golden_records
+
+        return golden_records(kind, workdir)
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

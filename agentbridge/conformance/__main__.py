@@ -1,0 +1,37 @@
+"""``python -m agentbridge.conformance records NAME --kind K --workdir DIR``: a backend's golden records as JSON.
+
+Run by the suite inside a backend's own environment; prints one JSON line, ``{"records": [...]}`` or
+``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agentbridge.conformance.golden import KINDS
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agentbridge.conformance")
+    sub = parser.add_subparsers(dest="command", required=True)
+    records = sub.add_parser("records", help="print a backend's records of the golden episodes as JSON")
+    records.add_argument("backend")
+    records.add_argument("--kind", choices=KINDS, required=True)
+    records.add_argument("--workdir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    from agentbridge.conformance.suite import _backend
+
+    try:
+        got = _backend(args.backend).conformance(args.kind, args.workdir)
+        payload: dict[str, object] = {"records": [r.to_dict() for r in got]}
+    except Exception as e:  # noqa: BLE001 - reported to the calling suite as one line
+        payload = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+    sys.stdout.write("\n" + json.dumps(payload) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Golden episodes: a fixed environment, fixed tasks and a fixed generator every backend is checked against.
+
+The golden generator (:func:`golden_turn`) is the one stand-in a conformance run uses for a backend's inference
+engine (vLLM in veRL and OpenRLHF, TRL's generator): from the prompt ids alone it finds the case and the turn and
+returns fixed tokens with fixed log-probs, cut to the requested budget as an engine would. Everything else is
+agentbridge's driver and the backend's own code.
+
+Cases (``CASES``): tool calls and a right answer; an unknown tool, bad arguments and a wrong answer; a malformed
+tool call; a turn cut by the token budget; and, for a vision-language model, an image in the prompt plus a
+screenshot returned by a tool.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from agentbridge.env import Message, Task
+from agentbridge.hooks import hookimpl
+from agentbridge.rollout.trajectory import Generation, SamplingParams
+from agentbridge.tools import ToolEnvironment
+
+TEXT, VLM = "text", "vlm"
+KINDS = (TEXT, VLM)
+_MARKER = re.compile(r"\[golden:([a-z_]+)\]")
+
+
+def _call(name: str, arguments: dict[str, Any] | str) -> str:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+
+
+LONG_TURN = " ".join(str(i) for i in range(1, 400))  # longer than any per-turn budget: the engine cuts it
+
+# case -> (kind, prompt, gold answer, assistant turns); a turn ending in EOS unless it is LONG_TURN
+CASES: dict[str, tuple[str, str, str, list[str]]] = {
+    "tools": (TEXT, "Add 2 and 3, then add 4 to the result.", "9",
+              [_call("golden_add", {"a": 2, "b": 3}), _call("golden_add", {"a": 5, "b": 4}), "<answer>9</answer>"]),
+    "tool_error": (TEXT, "What is 6 divided by 3?", "2",
+                   [_call("golden_divide", {"a": 6, "b": 3}), _call("golden_add", {"a": "six", "b": 3}),
+                    "<answer>3</answer>"]),
+    "parse_error": (TEXT, "Add 1 and 1.", "2",
+                    [_call("golden_add", '{"a": 1, "b": 1,'), "<answer>2</answer>"]),
+    "truncation": (TEXT, "Count to four hundred.", "399",
+                   [_call("golden_add", {"a": 1, "b": 1}), LONG_TURN]),
+    "image": (VLM, "What colour is the square? Look again first.", "red",
+              [_call("golden_look", {}), "<answer>red</answer>"]),
+}
+
+
+def cases(kind: str) -> list[str]:
+    """The case names of one kind (``text`` or ``vlm``), in a fixed order."""
+    return [name for name, (k, *_) in CASES.items() if k == kind]
+
+
+def golden_tasks(split: str = TEXT, size: int = 100, seed: int = 0, **_: Any) -> list[Task]:
+    """The golden tasks of one kind (the dataset ``conformance/golden``; ``split`` is the kind)."""
+    if split not in KINDS:
+        raise ValueError(f"conformance/golden: split must be one of {', '.join(KINDS)}, not '{split}'")
+    tasks = [Task(id=name, prompt=f"[golden:{name}] {CASES[name][1]}",
+                  data={"answer": CASES[name][2], "image": CASES[name][0] == VLM})
+             for name in cases(split)]
+    return tasks[:size]
+
+
+def square(colour: str, size: tuple[int, int]) -> Any:
+    """A white image with a coloured square: the golden screenshots (deterministic pixels)."""
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", size, "white")
+    ImageDraw.Draw(img).rectangle([8, 8, size[0] - 9, size[1] - 9], fill=colour)
+    return img
+
+
+def golden_add(a: int, b: int) -> str:
+    """Add two integers.
+
+    Args:
+        a: The first number.
+        b: The second number.
+    """
+    return str(a + b)
+
+
+def golden_look() -> list[dict[str, Any]]:
+    """Take a screenshot of the screen."""
+    return [{"type": "image", "image": square("red", (84, 56))}, {"type": "text", "text": "screenshot taken"}]
+
+
+class GoldenEnv(ToolEnvironment):
+    """The golden environment: ``golden_add`` and ``golden_look``; VLM tasks start with a screenshot.
+
+    The final answer step pays a process reward of 0.25 when the answer is right, so the process component
+    travels through every backend too.
+    """
+
+    async def reset(self, task: Task) -> list[Message]:
+        task.images = [square("red", (56, 56))] if task.data.get("image") else []
+        return await super().reset(task)
+
+    async def final_reward(self, action: Message) -> float:
+        text = str(action.get("content") or "")
+        return 0.25 if self.task is not None and f"<answer>{self.task.data['answer']}</answer>" in text else 0.0
+
+
+def logprob(token: int, position: int) -> float:
+    """The golden log-prob of a token at a position within its turn: fixed, distinct, in (-1, 0)."""
+    return -((token * 7 + position * 13) % 97 + 1) / 100.0
+
+
+def golden_turn(tokenizer: Any, prompt_ids: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
+    """The golden generator: the next assistant turn for ``prompt_ids`` (ids and log-probs), cut to ``max_tokens``.
+
+    The case is the ``[golden:NAME]`` marker in the prompt; the turn is the number of assistant turns before it.
+    """
+    text = tokenizer.decode(prompt_ids)
+    found = _MARKER.search(text)
+    if found is None or found.group(1) not in CASES:
+        raise ValueError("golden generator: the prompt carries no [golden:CASE] marker")
+    turns = CASES[found.group(1)][3]
+    done = text.count("<|im_start|>assistant") - 1
+    turn = turns[min(done, len(turns) - 1)]
+    ids = list(tokenizer.encode(turn, add_special_tokens=False))
+    if turn is not LONG_TURN:
+        ids.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    ids = ids[:max_tokens]
+    return ids, [logprob(t, i) for i, t in enumerate(ids)]
+
+
+class GoldenPolicy:
+    """The golden generator as an agentbridge ``Policy`` (what the driver alone runs for the reference)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams,
+                       images: list[Any] | None = None) -> Generation:
+        ids, lps = golden_turn(self.tokenizer, prompt_ids, sampling.max_tokens)
+        eos = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        return Generation(token_ids=ids, logprobs=lps, finish_reason="stop" if ids and ids[-1] == eos else "length")
+
+
+def golden_spec_path(kind: str) -> Any:
+    """The golden spec file of one kind (a ``Traversable`` inside the agentbridge package)."""
+    if kind not in KINDS:
+        raise ValueError(f"conformance kind must be one of {', '.join(KINDS)}, not '{kind}'")
+    return resources.files("agentbridge.conformance") / f"golden_{kind}.yaml"
+
+
+@hookimpl
+def register_environments(register: Callable[[str, Any], None]) -> None:
+    register("conformance/golden", GoldenEnv)
+
+
+@hookimpl
+def register_tools(register: Callable[[Any], None]) -> None:
+    register(golden_add)
+    register(golden_look)
+
+
+@hookimpl
+def register_datasets(register: Callable[[str, Any], None]) -> None:
+    register("conformance/golden", golden_tasks)

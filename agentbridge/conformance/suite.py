@@ -1,0 +1,126 @@
+"""Run the golden episodes through a backend and compare what it ends up with against the driver alone.
+
+A backend takes part by implementing ``conformance(kind, workdir) -> list[EpisodeRecord]``: compile the golden
+spec (:func:`golden_spec`) into its own job, push the golden tasks through its real rollout path with
+:func:`~agentbridge.conformance.golden.golden_turn` as the inference engine, and read each episode back from the
+backend's own training batch. When the backend's package does not import here, the suite runs that method in the
+backend's environment (``python -m agentbridge.conformance records``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentbridge.conformance.golden import KINDS, VLM, GoldenPolicy, cases, golden_spec_path
+from agentbridge.conformance.records import EpisodeRecord, compare, record_of
+from agentbridge.spec import Spec, load_spec
+
+
+class ConformanceError(ValueError):
+    """The suite could not run for a backend (one line saying why)."""
+
+
+@dataclass
+class SuiteResult:
+    """One backend on one kind of golden episodes: the records, and one line per difference."""
+
+    backend: str
+    kind: str
+    problems: list[str] = field(default_factory=list)
+    records: list[EpisodeRecord] = field(default_factory=list)
+    skipped: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def case_fields(self) -> dict[str, list[str]]:
+        """For each golden case, the fields that differ (empty when the case conforms)."""
+        out: dict[str, list[str]] = {c: [] for c in cases(self.kind)}
+        for line in self.problems:
+            for case in out:
+                if f"case {case}:" in line or f"case {case}[" in line:
+                    words = line.split("]: ", 1)[-1].split(": ", 1)[-1].split()
+                    out[case].append(words[0] if words else "?")
+        return out
+
+
+def golden_spec(kind: str, sets: list[str] | None = None) -> Spec:
+    """The golden spec of one kind (``text`` or ``vlm``), with optional ``--set`` overrides."""
+    path = golden_spec_path(kind)
+    return load_spec(str(path), sets or [])
+
+
+def reference_records(kind: str) -> list[EpisodeRecord]:
+    """The golden episodes run by agentbridge's driver alone: what every backend must end up with."""
+    from agentbridge.rollout.agent import Agent
+
+    agent = Agent.from_spec(golden_spec(kind))
+    trajectories = asyncio.run(agent.run(agent.tasks("train"), GoldenPolicy(agent.tokenizer)))
+    return [record_of(t) for t in trajectories]
+
+
+def _backend(name: str) -> Any:
+    from agentbridge.plugins import get_plugins
+
+    registry = get_plugins().backends
+    if name not in registry:
+        raise ConformanceError(f"--backend: {registry.unknown(name)} (installed: {', '.join(registry.ids())})")
+    return registry.get(name)
+
+
+def backend_records(name: str, kind: str, workdir: Path) -> list[EpisodeRecord]:
+    """A backend's records of the golden episodes: in this interpreter when its package imports here, else in the
+    backend's own environment (see :func:`agentbridge.backends.backend_python`)."""
+    from agentbridge.backends import backend_python
+
+    backend = _backend(name)
+    if not callable(getattr(backend, "conformance", None)):
+        raise ConformanceError(f"backend {name} has no conformance(kind, workdir) method")
+    module = getattr(backend, "module", name)
+    if importlib.util.find_spec(module) is not None:
+        return list(backend.conformance(kind, workdir))
+    python = backend_python(name, module)
+    if python is None:
+        raise ConformanceError(f"backend {name}: '{module}' is not installed here and no environment for it was "
+                               f"found; run `agentbridge backends setup {name}`")
+    cmd = [python, "-m", "agentbridge.conformance", "records", name, "--kind", kind, "--workdir", str(workdir)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    lines = result.stdout.strip().splitlines()
+    try:
+        payload = json.loads(lines[-1])
+    except (json.JSONDecodeError, IndexError):
+        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConformanceError(f"backend {name}: the conformance run in {python} failed: {tail}") from None
+    if "error" in payload:
+        raise ConformanceError(f"backend {name}: {payload['error']}")
+    return [EpisodeRecord.from_dict(d) for d in payload["records"]]
+
+
+def run_suite(name: str, kinds: tuple[str, ...] = KINDS, workdir: Path | None = None) -> list[SuiteResult]:
+    """Run the golden episodes of each kind through backend ``name``; compare with the driver's reference."""
+    backend = _backend(name)
+    results = []
+    for kind in kinds:
+        result = SuiteResult(backend=name, kind=kind)
+        results.append(result)
+        if kind == VLM and not backend.capabilities().multimodal:
+            result.skipped = f"{name} does not declare multimodal support"
+            continue
+        spec = golden_spec(kind)
+        samples = spec.algorithm.group_size
+        with tempfile.TemporaryDirectory(prefix=f"conformance-{name}-{kind}-") as tmp:
+            try:
+                result.records = backend_records(name, kind, Path(workdir or tmp) / kind)
+            except ConformanceError as e:
+                result.problems = [str(e)]
+                continue
+        result.problems = compare(reference_records(kind), result.records, name, samples=samples)
+    return results
