@@ -39,6 +39,7 @@ from agentbridge_openrlhf.config import (
     flag_values,
     openrlhf_flags,
     to_argv,
+    vision_model,
 )
 
 PYTHON_ENV = "AGENTBRIDGE_OPENRLHF_PYTHON"  # interpreter of the OpenRLHF environment, when not this one
@@ -62,17 +63,25 @@ class AgentExecutor(AgentbridgeExecutor):
 def is_multimodal(spec: Spec, rows: list[dict[str, Any]]) -> bool:
     """Whether the job feeds images (dataset images, a VLM builtin, or a declared image budget)."""
     options = {**OPTIONS, **spec.backend.options}
-    return (any(r.get("images") for r in rows) or spec.model.path == "builtin:tiny-vl"
+    return (any(r.get("images") for r in rows) or vision_model(spec.model.path)
             or int(options["max_images_per_prompt"]) > 0)
 
 
 def dataset_row(spec: Spec, task: Any) -> dict[str, Any]:
-    """One OpenRLHF prompt row: chat messages (for OpenRLHF's logs), the task as a JSON-string label."""
+    """One OpenRLHF prompt row: chat messages (for OpenRLHF's logs), the task as a JSON-string label.
+
+    A task's first screenshots (``task.data["images"]``: paths, URLs or base64/data-URI strings) go to the
+    dataset's image key, where OpenRLHF loads them and hands them to the executor; the label keeps the rest of the
+    task (the executor puts the references back), and the user message gets one ``<image>`` tag per image, which
+    OpenRLHF renders as the model's image placeholder.
+    """
+    data = dict(task.data) if isinstance(task.data, dict) else {}
+    images = data.pop("images", None) or []
+    label = {**task.to_dict(), "data": data}
     messages = ([{"role": "system", "content": spec.agent.system_prompt}] if spec.agent.system_prompt else [])
-    messages.append({"role": "user", "content": task.prompt})
-    row: dict[str, Any] = {"prompt": messages, "label": json.dumps(task.to_dict(), ensure_ascii=False),
+    messages.append({"role": "user", "content": "<image>" * len(images) + task.prompt})
+    row: dict[str, Any] = {"prompt": messages, "label": json.dumps(label, ensure_ascii=False),
                            "datasource": spec.name}
-    images = task.data.get("images") if isinstance(task.data, dict) else None
     if images:
         row["images"] = list(images)
     return row
@@ -90,8 +99,8 @@ class OpenRLHFBackend:
             notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()] + NOTES + [
                 "rewards are sequence-level: OpenRLHF puts the episode reward on the last generated token and "
                 "broadcasts the advantage over every generated token (no per-turn credit)",
-                "images: initial ones from the dataset's images key, later ones from the environment "
-                "(this path is not yet covered by a CPU test)",
+                "images: a task's first ones (task.data['images']) travel in the dataset's images key, later "
+                "ones come from the environment; every image in order reaches vLLM and pixel_values",
             ])
 
     def check(self, spec: Spec) -> list[Problem]:
@@ -120,7 +129,7 @@ class OpenRLHFBackend:
         if spec.agent.sampling.top_k:
             problems.append(Problem("agent.sampling.top_k", f"OpenRLHF {OPENRLHF_PIN} has no top_k flag (it samples "
                                                             "with top_k=-1); remove it"))
-        if spec.model.path == "builtin:tiny-vl" or int(options["max_images_per_prompt"]) > 0:
+        if vision_model(spec.model.path) or int(options["max_images_per_prompt"]) > 0:
             if est == "gae":
                 problems.append(Problem("algorithm.name", "OpenRLHF has no critic for vision-language models; "
                                                           "use grpo, rloo, reinforce_pp or dr_grpo"))
@@ -154,7 +163,8 @@ class OpenRLHFBackend:
         (out / "spec.yaml").write_text(dump_spec(spec))
         (out / AGENT_FILE).write_text(AGENT_SOURCE.format(name=spec.name, version=__version__, pin=OPENRLHF_PIN))
         multimodal = is_multimodal(spec, train + evals)
-        sizes = {"train_size": len(train), "eval_size": len(evals), "multimodal": multimodal}
+        sizes = {"train_size": len(train), "eval_size": len(evals), "multimodal": multimodal,
+                 "first_images": max((len(r.get("images") or []) for r in train + evals), default=0)}
         local = to_argv(flag_values(spec, model="@MODEL@", job="@JOB@", out="@OUT@", **sizes))
         _script(out / "launch.sh", _launch_lines(spec, local))
         _script(out / "submit.sh", _submit_lines(spec, local))

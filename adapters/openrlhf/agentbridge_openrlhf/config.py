@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from agentbridge.spec.models import Spec
@@ -58,7 +60,8 @@ OPTIONS: dict[str, Any] = {
     "estimator": None,              # any OpenRLHF estimator, overriding the algorithm's (e.g. reinforce_baseline)
     "eval_steps": -1,               # evaluate on data.eval every N steps (-1: never)
     "critic_lr": 9e-6,              # ppo only
-    "max_images_per_prompt": 0,     # VLM: every image one trajectory sees (vLLM limit_mm_per_prompt)
+    "max_images_per_prompt": 0,     # VLM: every image one trajectory sees (vLLM limit_mm_per_prompt); 0 = the
+                                    # task's first images (at least 1) + one screenshot per later turn
     "save_steps": -1,
 }
 # Flags the executor contract depends on: an override may not change them.
@@ -70,6 +73,23 @@ def openrlhf_flags() -> dict[str, dict[str, Any]]:
     """``{dotted name: {"nargs", "default", "choices"}}`` of OpenRLHF 0.11.2's parser (shipped, dumped from it)."""
     text = resources.files("agentbridge_openrlhf").joinpath(f"flags_{OPENRLHF_PIN}.json").read_text()
     return json.loads(text)
+
+
+_VL_NAME = re.compile(r"(?i)(^|[-_/.])(vl|vision|llava)(\d|[-_.]|$)")
+
+
+def vision_model(path: str) -> bool:
+    """Whether ``model.path`` is a vision-language model: ``builtin:tiny-vl``, a local model whose config has a
+    ``vision_config`` (OpenRLHF's own test), or a hub id that says so (``...-VL-...``, ``vision``, ``llava``)."""
+    if path == "builtin:tiny-vl":
+        return True
+    config = Path(path).expanduser() / "config.json"
+    if config.is_file():
+        try:
+            return "vision_config" in json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+    return not path.startswith("builtin:") and bool(_VL_NAME.search(path))
 
 
 def world_size(spec: Spec) -> int:
@@ -94,11 +114,11 @@ def max_len(spec: Spec) -> int:
 
 
 def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, eval_size: int,
-                multimodal: bool = False) -> dict[str, Any]:
+                multimodal: bool = False, first_images: int = 0) -> dict[str, Any]:
     """The command line as ``{dotted flag: value}`` (True = a bare switch); overrides applied last, verbatim.
 
     ``model``/``job``/``out`` are written as given (shell variables in launch.sh). ``None`` or ``False`` in
-    ``backend.overrides`` removes a flag.
+    ``backend.overrides`` removes a flag. ``first_images``: the most images a task starts with (dataset images).
     """
     a, algo, res = spec.agent, spec.algorithm, spec.resources
     options = {**OPTIONS, **spec.backend.options}
@@ -172,7 +192,9 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
                   "eval.n_samples_per_prompt": 1, "eval.temperature": a.sampling.temperature})
     if multimodal:
         v["data.image_key"] = "images"
-        v["data.max_images_per_prompt"] = max(1, int(options["max_images_per_prompt"]))
+        # vLLM rejects a prompt with more images than this, and OpenRLHF re-sends every image each turn
+        v["data.max_images_per_prompt"] = (int(options["max_images_per_prompt"])
+                                           or max(1, first_images) + a.max_turns - 1)
     for key, value in spec.backend.overrides.items():
         key = key.removeprefix("--")
         if value is None or value is False:

@@ -135,11 +135,15 @@ class AgentbridgeExecutor(AgentExecutorBase):
 
     async def execute(self, prompt: Any, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any,
                       llm_engine: Any, images: Any = None) -> dict[str, Any]:
+        """One episode. ``images``: the row's image references (the dataset's image key), the task's first
+        screenshots; later ones come from the environment. Every image the driver saw, in order, becomes
+        ``mm_train_inputs`` (``pixel_values``, ``image_grid_thw``) for the actor's forward pass."""
         agent = self.agent(hf_tokenizer)
         task = task_from_label(label)
         if images:
             from openrlhf.utils.vlm_utils import load_images
 
+            task.data.setdefault("images", images)  # the references, as the compiled task had them
             task.images = load_images(images)
         _fit(agent, max_length)
         traj = (await agent.run([task], EnginePolicy(llm_engine, sampling_params), concurrency=1))[0]
@@ -147,7 +151,10 @@ class AgentbridgeExecutor(AgentExecutorBase):
         mm = None
         if traj.images and getattr(hf_tokenizer, "image_processor", None) is not None:
             mm = dict(hf_tokenizer.image_processor(images=traj.images, return_tensors="pt"))
-        fallback = None if traj.prompt_ids else agent.renderer.encode(str(prompt))
+        fallback = None
+        if not traj.prompt_ids:  # no images were rendered: keep their placeholders out of the ids
+            pad = agent.renderer.image_token_id
+            fallback = [t for t in agent.renderer.encode(str(prompt)) if t != pad]
         components = [r.id for r in self.spec.reward] + [PROCESS]
         return to_openrlhf(traj, prompt=prompt, label=label, images=images,
                            with_logprobs=getattr(sampling_params, "logprobs", None) is not None,

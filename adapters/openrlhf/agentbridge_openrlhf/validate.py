@@ -126,7 +126,7 @@ _LONGEST: dict[str, tuple[int, str]] = {}
 
 
 def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
-    """Token count and task id of the longest prompt the driver renders (system prompt, tools, task)."""
+    """Token count and task id of the longest prompt the driver renders (system prompt, tools, task, images)."""
     import asyncio
 
     from agentbridge.spec import spec_hash
@@ -140,6 +140,10 @@ def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
     agent = Agent(spec, tokenizer)
 
     async def one(task: Any) -> int:
+        if task.data.get("images"):  # the dataset's image key: OpenRLHF loads them for the executor
+            from openrlhf.utils.vlm_utils import load_images
+
+            task.images = load_images(task.data["images"])
         env = agent.make_env(task)
         try:
             messages = await env.reset(task)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-STANDINS = Path(__file__).resolve().parent / "standins"
 SMALL = ["algorithm.steps=2", "algorithm.batch_size=2", "algorithm.group_size=4", "data.train.size=8",
          "data.eval.size=4"]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,11 +30,3 @@ def calculator_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     OpenRLHFBackend().compile(load_spec(ROOT / "examples/calculator.yaml"), out)
     return out
 
-
-def standins_on_path() -> None:
-    """The vLLM stand-in for this process and (through PYTHONPATH) for Ray workers."""
-    if str(STANDINS) not in sys.path:
-        sys.path.insert(0, str(STANDINS))
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(STANDINS) not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(STANDINS), *paths])

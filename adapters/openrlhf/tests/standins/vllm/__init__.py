@@ -2,11 +2,15 @@
 
 ``AsyncLLMEngine.from_engine_args`` returns ``ScriptedEngine``: a policy with no model that plays turns from
 ``$VLLM_STANDIN_SCRIPT`` (JSON: one list of alternative texts per assistant turn), chosen by a seeded RNG, each
-followed by EOS and cut at ``max_tokens``. Everything else on the rollout path is OpenRLHF's own code.
+followed by EOS and cut at ``max_tokens``. Multimodal prompts are taken as vLLM takes them
+(``TokensPrompt(prompt_token_ids=..., multi_modal_data={"image": image | [images]})``) and checked as vLLM checks
+them: one image placeholder token per image (vLLM expands each itself) and at most ``limit_mm_per_prompt``
+images. Everything else on the rollout path is OpenRLHF's own code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -36,13 +40,21 @@ class _Logprob:
         self.logprob = logprob
 
 
+def image_digest(image: Any) -> str:
+    """Mode, size and exact pixels of a PIL image, as one short string (what a request records)."""
+    return hashlib.sha1(f"{image.mode}{image.size}".encode() + image.tobytes()).hexdigest()
+
+
 class ScriptedEngine:
     """Plays ``$VLLM_STANDIN_SCRIPT``; turn k = number of assistant headers in the prompt minus one."""
 
-    def __init__(self, model: str, seed: int) -> None:
+    def __init__(self, model: str, seed: int, limit_mm_per_prompt: dict[str, int] | None = None) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model)
+        pad = self.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        self.image_token_id = pad if isinstance(pad, int) and pad != self.tokenizer.unk_token_id else None
+        self.limit_mm_per_prompt = dict(limit_mm_per_prompt or {})
         self.script: list[list[str]] = json.loads(os.environ["VLLM_STANDIN_SCRIPT"])
         self.rng = random.Random(seed)
         self.requests: list[dict[str, Any]] = []
@@ -60,6 +72,9 @@ class ScriptedEngine:
     async def generate(self, prompt: dict[str, Any], sampling_params: SamplingParams, request_id: str = ""):
         ids = list(prompt["prompt_token_ids"])
         images = (prompt.get("multi_modal_data") or {}).get("image") or []
+        images = images if isinstance(images, list) else [images]
+        if images:
+            self._check_images(ids, images)
         text = self.tokenizer.decode(ids)
         turn = max(0, text.count("<|im_start|>assistant") - 1)
         choice = self.rng.choice(self.script[min(turn, len(self.script) - 1)])
@@ -71,12 +86,23 @@ class ScriptedEngine:
         if sampling_params.logprobs is not None:
             logprobs = [{t: _Logprob(-round(self.rng.uniform(0.01, 3.0), 4))} for t in out]
         self.requests.append({"prompt_len": len(ids), "max_tokens": sampling_params.max_tokens,
-                              "images": len(images), "out": out})
+                              "prompt_ids": ids,
+                              "images": [image_digest(im) for im in images], "out": out})
         yield types.SimpleNamespace(outputs=[types.SimpleNamespace(
             token_ids=out, text=self.tokenizer.decode(out), finish_reason=finish, logprobs=logprobs)])
+
+
+    def _check_images(self, ids: list[int], images: list[Any]) -> None:
+        """vLLM's own checks on a multimodal prompt (it raises ValueError on either)."""
+        limit = self.limit_mm_per_prompt.get("image")
+        if limit is not None and len(images) > limit:
+            raise ValueError(f"At most {limit} image(s) may be provided in one prompt, got {len(images)}")
+        placeholders = ids.count(self.image_token_id) if self.image_token_id is not None else 0
+        if placeholders != len(images):
+            raise ValueError(f"the prompt has {placeholders} image placeholder tokens for {len(images)} images")
 
 
 class AsyncLLMEngine:
     @classmethod
     def from_engine_args(cls, engine_args: AsyncEngineArgs) -> ScriptedEngine:
-        return ScriptedEngine(engine_args.model, engine_args.seed)
+        return ScriptedEngine(engine_args.model, engine_args.seed, engine_args.kwargs.get("limit_mm_per_prompt"))
