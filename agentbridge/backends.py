@@ -114,10 +114,14 @@ def algorithm_problem(spec: Spec, backend: str, capabilities: Capabilities,
 
 def backend_python(name: str, module: str) -> str | None:
     """The interpreter of a backend's environment: this one when ``module`` imports here, else
-    ``$AGENTBRIDGE_<NAME>_PYTHON``, else ``.venv-<name>/bin/python`` in the working directory; None if none."""
+    ``$AGENTBRIDGE_<NAME>_PYTHON``, else the one ``agentbridge backends setup`` recorded, else
+    ``.venv-<name>/bin/python`` in the working directory; None if none."""
+    from agentbridge.environments import recorded
+
     if importlib.util.find_spec(module) is not None:
         return sys.executable
-    for candidate in (os.environ.get(f"AGENTBRIDGE_{name.upper()}_PYTHON"), f".venv-{name}/bin/python"):
+    saved = recorded().get(name, {}).get("python")
+    for candidate in (os.environ.get(f"AGENTBRIDGE_{name.upper()}_PYTHON"), saved, f".venv-{name}/bin/python"):
         if candidate and Path(candidate).is_file():
             return candidate
     return None

@@ -216,14 +216,41 @@ def compile_cmd(spec_path: str, backend_name: str | None, out: str | None, sets:
     click.echo(f"wrote {job.path} ({', '.join(job.manifest.get('files', []))})")
 
 
+def runner_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--ray-address", default=None, metavar="URL",
+                      help="Ray job server for --runner ray (default http://127.0.0.1:8265).")(fn)
+    return click.option("--runner", "runner_kind", type=click.Choice(["local", "env", "ray"]), default="local",
+                        show_default=True, help="Run here, in the backend's own environment, or as a Ray job.")(fn)
+
+
+def _forward(runner_kind: str, backend_name: str, argv: list[str], *, address: str | None = None,
+             working_dir: Path | None = None) -> None:
+    """Run this command line with another runner, print what it printed, exit with its status."""
+    from agentbridge.runners import runner_for
+
+    backend = _backend(backend_name)
+    runner = runner_for(runner_kind, backend=backend_name, module=getattr(backend, "module", backend_name),
+                        address=address, working_dir=working_dir)
+    click.echo(f"[{runner.kind} runner: {runner.python}]", err=True)
+    result = runner.run(argv)
+    click.echo(result.stdout, nl=False)
+    click.echo(result.stderr, nl=False, err=True)
+    sys.exit(result.returncode)
+
+
 @main.command()
 @click.argument("job_dir", metavar="JOB", type=click.Path(exists=True, file_okay=False))
+@runner_option
 @user_errors
-def check(job_dir: str) -> None:
+def check(job_dir: str, runner_kind: str, ray_address: str | None) -> None:
     """Run the backend's own validators on a compiled job."""
     from agentbridge.backends import Job
 
     job = Job.load(job_dir)
+    if runner_kind == "ray":  # the job directory travels as the Ray job's working_dir
+        _forward("ray", job.backend, ["check", "."], address=ray_address, working_dir=Path(job_dir))
+    if runner_kind == "env":
+        _forward("env", job.backend, ["check", str(Path(job_dir).absolute())])
     report = _backend(job.backend).validate(job)
     if not report.ok:
         _fail("\n".join(f"{job_dir}: {p}" for p in report.problems))
@@ -234,37 +261,69 @@ def check(job_dir: str) -> None:
 @click.argument("spec_path", metavar="SPEC")
 @click.option("--backend", "backend_name", default=None, help="Backend to train with (default: backend.name).")
 @click.option("-o", "out", type=click.Path(file_okay=False), default=None, help="Run directory (default runs/NAME).")
+@click.option("--runner", "runner_kind", type=click.Choice(["local", "env"]), default="local", show_default=True,
+              help="local: the backend picks its interpreter; env: force the backend's own environment.")
 @set_option
 @user_errors
-def train(spec_path: str, backend_name: str | None, out: str | None, sets: tuple[str, ...]) -> None:
-    """Compile SPEC, validate the job, and run it locally; writes runs/NAME/."""
+def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind: str,
+          sets: tuple[str, ...]) -> None:
+    """Compile SPEC, validate the job, and run it on this machine; writes runs/NAME/."""
+    from agentbridge.runners import runner_for
+
     spec = _spec(spec_path, sets)
-    backend, job = _compile(spec_path, spec, backend_name or spec.backend.name, None)
+    name = backend_name or spec.backend.name
+    backend, job = _compile(spec_path, spec, name, None)
     report = backend.validate(job)
     if not report.ok:
         _fail("\n".join(f"{job.path}: {p}" for p in report.problems))
-    run_dir = backend.launch(job, None, run_dir=Path(out) if out else Path("runs") / spec.name)
+    # local: the backend picks its interpreter (this one, or its recorded environment); env: its environment
+    runner = runner_for("env", backend=name, module=getattr(backend, "module", name)) if runner_kind == "env" else None
+    run_dir = backend.launch(job, runner, run_dir=Path(out) if out else Path("runs") / spec.name)
     click.echo(f"run: {run_dir} (report: {Path(run_dir) / 'report.md'})")
 
 
-@main.command()
+@main.group(invoke_without_command=True)
+@click.pass_context
 @user_errors
-def backends() -> None:
-    """The capability matrix of the installed backends."""
+def backends(ctx: click.Context) -> None:
+    """The capability matrix of the installed backends, and where each one's environment is."""
+    if ctx.invoked_subcommand is not None:
+        return
     from rich.console import Console
     from rich.table import Table
 
+    from agentbridge.backends import backend_python
     from agentbridge.plugins import get_plugins
 
     registry = get_plugins().backends
-    table = Table("backend", "algorithms", "multimodal", "tool images", "async", "scale-out")
+    table = Table("backend", "algorithms", "multimodal", "tool images", "max turns", "async", "scale-out",
+                  "environment")
     for name in registry.ids():
-        caps = registry.get(name).capabilities()
+        backend = registry.get(name)
+        caps = backend.capabilities()
+        python = backend_python(name, getattr(backend, "module", name))
+        where = "this one" if python == sys.executable else python or f"none: agentbridge backends setup {name}"
         table.add_row(name, ", ".join(caps.algorithms), "yes" if caps.multimodal else "no",
-                      "yes" if caps.tool_images else "no", "yes" if caps.async_rollout else "no", caps.scale_out)
-    Console().print(table)
+                      "yes" if caps.tool_images else "no", str(caps.max_turns or "spec"),
+                      "yes" if caps.async_rollout else "no", caps.scale_out, where)
+    Console(width=max(160, Console().width)).print(table)
     if not registry.ids():
         click.echo("no backend is installed; pip install agentbridge-trl (or -verl, -openrlhf)")
+
+
+@backends.command("setup")
+@click.argument("name")
+@click.option("--venv", "venv", type=click.Path(file_okay=False), default=None,
+              help="Where to create the environment (default .venv-NAME).")
+@click.option("--cpu/--gpu", "cpu", default=True, show_default=True,
+              help="CPU variant (CPU torch; tests) or GPU variant (the backend's inference engine; clusters).")
+@click.option("--dry-run", is_flag=True, help="Print the pip steps and do nothing.")
+@user_errors
+def backends_setup(name: str, venv: str | None, cpu: bool, dry_run: bool) -> None:
+    """Create a pinned environment for backend NAME and record it so later commands find it."""
+    from agentbridge.environments import setup
+
+    setup(name, Path(venv or f".venv-{name}"), cpu=cpu, dry_run=dry_run, say=click.echo)
 
 
 @main.command()

@@ -1,0 +1,149 @@
+"""Backend environments: pinned virtual environments per backend (``agentbridge backends setup``), recorded so
+later commands find them.
+
+veRL, OpenRLHF and TRL pin conflicting versions (transformers above all), so each backend gets its own
+interpreter. A recipe is a list of ``pip install`` steps; the CPU variant pins the CPU build of torch (tests, this
+machine), the GPU variant takes the backend's inference engine (clusters). The record lives in
+``$AGENTBRIDGE_HOME/environments.json`` (default ``~/.agentbridge``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+CPU_TORCH = "torch==2.13.0"  # the CPU build on this project's machines; an unpinned torch pulls CUDA wheels
+# backend -> (module that must import, adapter distribution, adapter extra, CPU-only extra steps, GPU extras)
+FIRST_PARTY: dict[str, dict[str, object]] = {
+    "trl": {"module": "trl", "adapter": "agentbridge-trl", "extra": "backend", "gpu": ["trl[vllm]==1.16.0"]},
+    "verl": {"module": "verl", "adapter": "agentbridge-verl", "extra": "backend", "gpu": ["verl[vllm]==0.9.1"]},
+    # OpenRLHF's DeepSpeed and flash-attn cannot build without CUDA: on CPU it goes in without its dependencies
+    # and the adapter's `cpu` extra brings the part that runs on CPU
+    "openrlhf": {"module": "openrlhf", "adapter": "agentbridge-openrlhf", "extra": "backend", "cpu_extra": "cpu",
+                 "cpu_pre": [["--no-deps", "openrlhf==0.11.2"]], "gpu": ["openrlhf[vllm]==0.11.2"]},
+}
+QWEN_VOCAB = ["--no-deps", "dashscope"]  # the real Qwen2.5 vocabulary (qwen.tiktoken) for builtin:tiny-qwen2.5
+
+
+@dataclass
+class Recipe:
+    """How to build one backend's environment: ``pip install`` steps in order, and the module to check."""
+
+    backend: str
+    module: str
+    variant: str
+    steps: list[list[str]] = field(default_factory=list)
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps([self.backend, self.variant, self.steps]).encode()).hexdigest()[:12]
+
+
+def home() -> Path:
+    return Path(os.environ.get("AGENTBRIDGE_HOME") or Path.home() / ".agentbridge")
+
+
+def recorded() -> dict[str, dict[str, str]]:
+    """Every recorded backend environment: ``{backend: {python, venv, variant, recipe, created}}``."""
+    path = home() / "environments.json"
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def record(backend: str, entry: dict[str, str]) -> None:
+    data = recorded()
+    data[backend] = entry
+    home().mkdir(parents=True, exist_ok=True)
+    (home() / "environments.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def source_of(dist: str, extra: str | None = None) -> list[str]:
+    """How to install ``dist`` as it is installed here: ``-e DIR`` for an editable checkout, else ``dist==VERSION``
+    (or the bare name when it is not installed here)."""
+    suffix = f"[{extra}]" if extra else ""
+    try:
+        d = metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return [f"{dist}{suffix}"]
+    direct = d.read_text("direct_url.json")
+    if direct:
+        info = json.loads(direct)
+        url = str(info.get("url", ""))
+        if url.startswith("file://") and info.get("dir_info", {}).get("editable"):
+            return ["-e", f"{url.removeprefix('file://')}{suffix}"]
+    return [f"{dist}{suffix}=={d.version}"]
+
+
+def plugin_distributions() -> list[str]:
+    """The agentbridge plugin distributions installed here, backends' adapters excluded."""
+    adapters = {str(v["adapter"]) for v in FIRST_PARTY.values()}
+    dists = {ep.dist.name for ep in metadata.entry_points(group="agentbridge") if ep.dist is not None}
+    return sorted(d for d in dists if d not in adapters and d != "agentbridge")
+
+
+def recipe(backend: str, *, cpu: bool, plugins: list[str] | None = None) -> Recipe:
+    """The first-party recipe for ``backend``; ``plugins`` defaults to every plugin installed here."""
+    if backend not in FIRST_PARTY:
+        raise ValueError(f"backends setup: no recipe for '{backend}' (first-party: {', '.join(FIRST_PARTY)})")
+    info = FIRST_PARTY[backend]
+    core = source_of("agentbridge", "hf" if backend != "verl" else None)  # veRL pins an older transformers
+    extra = str(info.get("cpu_extra", info["extra"])) if cpu else str(info["extra"])
+    packages = [*core, *[a for p in (plugins if plugins is not None else plugin_distributions())
+                         for a in source_of(p)], *source_of(str(info["adapter"]), extra)]
+    steps: list[list[str]] = []
+    if cpu:
+        steps += [[CPU_TORCH], *info.get("cpu_pre", [])]  # type: ignore[list-item]
+        steps.append([CPU_TORCH, *packages])
+    else:
+        steps.append([*packages, *info["gpu"]])  # type: ignore[list-item]
+    steps.append(QWEN_VOCAB)
+    return Recipe(backend, str(info["module"]), "cpu" if cpu else "gpu", steps)
+
+
+def setup(backend: str, venv: Path, *, cpu: bool, plugins: list[str] | None = None,
+          say: Callable[[str], None] = print, dry_run: bool = False) -> Path:
+    """Create (or bring up to date) ``venv`` for ``backend``, check that it imports, record it; returns its python."""
+    plan = recipe(backend, cpu=cpu, plugins=plugins)
+    python = venv / "bin" / "python"
+    stamp = venv / ".agentbridge-environment"
+    if dry_run:
+        for step in plan.steps:
+            say(f"pip install {' '.join(step)}")
+        return python
+    up_to_date = python.is_file() and stamp.is_file() and stamp.read_text().strip() == plan.digest()
+    if up_to_date:
+        say(f"[{backend}] {venv} is up to date ({plan.variant})")
+    else:
+        start = time.monotonic()
+        if not python.is_file():
+            say(f"[{backend}] creating {venv}")
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        for i, step in enumerate(plan.steps, 1):
+            say(f"[{backend}] step {i}/{len(plan.steps)}: pip install {' '.join(step)}")
+            cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *step]
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                lines = [ln for ln in result.stderr.splitlines() if ln.startswith("ERROR")] or ["pip failed"]
+                raise ValueError(f"backends setup {backend}: step {i} failed: {lines[-1]}")
+        stamp.write_text(plan.digest() + "\n")
+        say(f"[{backend}] installed in {time.monotonic() - start:.0f}s")
+    check = subprocess.run([str(python), "-c", f"import {plan.module}, agentbridge; print({plan.module}.__version__)"],
+                           capture_output=True, text=True)
+    if check.returncode != 0:
+        tail = (check.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(f"backends setup {backend}: {venv} cannot import {plan.module}: {tail}")
+    record(backend, {"python": str(python.absolute()), "venv": str(venv.absolute()), "variant": plan.variant,
+                     "recipe": plan.digest(), "version": check.stdout.strip()})
+    say(f"[{backend}] {plan.module} {check.stdout.strip()} at {python.absolute()} (recorded in "
+        f"{home() / 'environments.json'})")
+    return python
