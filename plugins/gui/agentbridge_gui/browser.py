@@ -3,7 +3,8 @@
 Every browser call runs on the browser's own thread with a deadline. A browser that dies (its process killed,
 a crashed page, a lost chromedriver) or hangs past the deadline is killed with its whole process tree and
 raises ``BrowserError``; the pool starts a fresh one for the next episode. Everything the pool started is
-killed at interpreter exit, after Ctrl-C and on SIGTERM.
+killed at interpreter exit, after Ctrl-C and on SIGTERM, and by a watchdog process when this process dies
+without cleaning up (SIGKILL, a crash; see ``agentbridge_gui.watchdog``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
+
+from agentbridge_gui.watchdog import ensure_watchdog
 
 T = TypeVar("T")
 
@@ -73,6 +77,7 @@ class Browser:
         self.dead = False
         self.error: str | None = None
         self._pids: set[int] = set()
+        self.user_data_dir: Path | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"agentbridge-gui-browser-{index}")
 
     # ---- lifecycle (blocking; the pool runs these on a thread) ----
@@ -82,11 +87,13 @@ class Browser:
         from selenium.webdriver.chrome.service import Service
 
         chrome, chromedriver = find_binaries()
+        watchdog = ensure_watchdog()  # marks chromedriver and chromium so they die with this process
+        self.user_data_dir = watchdog.user_data_dir(f"browser-{self.index}")
         options = webdriver.ChromeOptions()
         options.binary_location = chrome
-        for flag in CHROMIUM_FLAGS:
+        for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={self.user_data_dir}"):
             options.add_argument(flag)
-        service = Service(executable_path=chromedriver, log_output=os.devnull)
+        service = Service(executable_path=chromedriver, log_output=os.devnull, env=watchdog.env())
         try:
             self.driver = webdriver.Chrome(service=service, options=options)
         except Exception as e:  # noqa: BLE001 - any launch failure is one line
@@ -150,6 +157,8 @@ class Browser:
                 p.kill()
         psutil.wait_procs(procs, timeout=3)
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.user_data_dir is not None:
+            shutil.rmtree(self.user_data_dir, ignore_errors=True)
 
     def close(self) -> None:
         """Quit politely when alive (bounded), then make sure nothing is left."""

@@ -110,19 +110,19 @@ class MiniWoBEnv(ToolEnvironment):
         self.task = task
         self.task_name = str(task.data.get("task") or self.default_task)
         page.task_url(self.task_name)  # unknown task: one clear line before any browser is touched
-        self.screenshots, self._fatal, self._finished = [], None, False
+        self.screenshots, self._fatal, self._finished, self.state = [], None, False, None
         self._lock = asyncio.Lock()
         self._t0 = time.perf_counter()
         if self.browser is None:
             self.browser = await self.pool.acquire()
         browser = self.browser
         try:
-            if browser.url != self.task_name:
-                await browser.call(page.load, self.task_name)
-                browser.url = self.task_name
-            await browser.call(page.start, task.data.get("seed"), str(task.data.get("mode", self.data_mode)),
-                               int(self.time_limit_s * 1000))
-            self.state = await self._observe()
+            load_page = browser.url != self.task_name
+            browser.url = None  # unknown until the page has loaded
+            self.state = await browser.call(page.begin, self.task_name, load_page, task.data.get("seed"),
+                                            str(task.data.get("mode", self.data_mode)),
+                                            int(self.time_limit_s * 1000), self._want_shot)
+            browser.url = self.task_name
         except BrowserError as e:
             self._fatal = e
             raise
@@ -145,10 +145,12 @@ class MiniWoBEnv(ToolEnvironment):
         except Exception:  # noqa: BLE001 - fields only help the scripted expert
             self.state.fields = {}
 
-    async def _observe(self) -> PageState:
-        assert self.browser is not None
-        want_shot = self.observation in ("screenshot", "both")
-        state = await self.browser.call(page.observe, want_shot)
+    @property
+    def _want_shot(self) -> bool:
+        return self.observation in ("screenshot", "both")
+
+    def _keep_fields(self, state: PageState) -> PageState:
+        """Task fields come with the first observation; later ones inherit them."""
         if self.state is not None and not state.fields:
             state.fields = self.state.fields
         return state
@@ -189,9 +191,8 @@ class MiniWoBEnv(ToolEnvironment):
                 raise self._fatal
             if self._finished:
                 raise ActionError("the task is already over")
-            try:
-                await self.browser.call(fn, *args)
-                self.state = await self._observe()
+            try:  # action and observation in one browser call: one thread hand-off per step
+                self.state = self._keep_fields(await self.browser.call(page.act, fn, args, self._want_shot))
             except BrowserError as e:
                 self._fatal = e
                 raise
@@ -206,6 +207,8 @@ class MiniWoBEnv(ToolEnvironment):
             return self._content(self.state, f"{label}.")
 
     def _check_ref(self, ref: int) -> None:
+        if self._finished:
+            raise ActionError("the task is already over")
         known = self.state.by_ref() if self.state is not None else {}
         if ref not in known:
             shown = ", ".join(str(r) for r in list(known)[:15])

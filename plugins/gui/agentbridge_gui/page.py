@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,9 @@ core.startEpisodeReal();
 return WOB_TASK_READY;
 """
 _OBSERVE = """
-var u = core.getUtterance();
-return {utterance: u, dom: core.getDOMInfo(), done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL,
-        raw_reward: WOB_RAW_REWARD_GLOBAL, reason: WOB_REWARD_REASON,
+var done = WOB_DONE_GLOBAL;  // an ended episode is not shown to anyone: skip the DOM walk (as miniwob does)
+return {utterance: core.getUtterance(), dom: done ? null : core.getDOMInfo(), done: done,
+        reward: WOB_REWARD_GLOBAL, raw_reward: WOB_RAW_REWARD_GLOBAL, reason: WOB_REWARD_REASON,
         inner: [window.innerWidth, window.innerHeight]};
 """
 _STATUS = 'return {done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL, raw_reward: WOB_RAW_REWARD_GLOBAL, ' \
@@ -128,6 +129,21 @@ def load(driver: Any, task: str) -> None:
     raise RuntimeError(f"MiniWoB++ task page {task} did not load")
 
 
+def begin(driver: Any, task: str, load_page: bool, seed: Any, mode: str, max_time_ms: int,
+          with_screenshot: bool) -> PageState:
+    """Open the task page if asked, start an episode and observe it: one call on the browser thread."""
+    if load_page:
+        load(driver, task)
+    start(driver, seed, mode, max_time_ms)
+    return observe(driver, with_screenshot)
+
+
+def act(driver: Any, fn: Callable[..., None], args: tuple[Any, ...], with_screenshot: bool) -> PageState:
+    """Do ``fn(driver, *args)`` and observe the page right after: one call on the browser thread, not two."""
+    fn(driver, *args)
+    return observe(driver, with_screenshot)
+
+
 def start(driver: Any, seed: Any, mode: str, max_time_ms: int) -> None:
     """Begin an episode with this seed; blocks until the task says it is ready (at most 1 s, as miniwob does)."""
     ready = driver.execute_script(_START, seed, mode, int(max_time_ms))
@@ -149,7 +165,10 @@ def screenshot(driver: Any, inner: tuple[int, int]) -> Image.Image:
 
 
 def observe(driver: Any, with_screenshot: bool) -> PageState:
-    """Utterance, elements, status (one script) and, when asked, the screenshot taken right after."""
+    """Utterance, elements, status (one script) and, when asked, the screenshot taken right after.
+
+    Once the episode has ended there is nothing left to act on: no elements and no screenshot.
+    """
     raw = driver.execute_script(_OBSERVE)
     utterance = raw["utterance"]
     fields: dict[str, str] = {}

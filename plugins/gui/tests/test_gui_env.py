@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from helpers import call, play_expert, result_text, task
@@ -173,3 +174,28 @@ def test_tool_schemas_describe_the_actions() -> None:
     assert schemas["click"]["parameters"]["required"] == ["ref"]
     assert schemas["scroll"]["parameters"]["properties"]["direction"]["enum"] == ["up", "down"]
     assert text_of({"content": [{"type": "text", "text": "x"}]}) == "x"
+
+
+def test_each_action_is_one_browser_call_and_an_ended_page_is_not_walked(pool: BrowserPool) -> None:
+    async def run() -> None:
+        env = MiniWoBEnv(observation="both", pool=pool)
+        await env.reset(task("enter-text", 6))
+        browser, calls = env.browser, []
+        assert browser is not None
+        real_call = browser.call
+
+        async def counting(fn: Any, *args: Any) -> Any:
+            calls.append(fn.__name__)
+            return await real_call(fn, *args)
+
+        browser.call = counting  # type: ignore[method-assign]
+        try:
+            result = await play_expert(env)  # type the text, click submit
+        finally:
+            del browser.call
+        await env.close()
+        assert result.done and result.reward > 0
+        assert calls == ["act", "act"]  # action + observation together: one thread hand-off per step
+        assert env.state is not None and env.state.elements == [] and env.state.screenshot is None
+
+    asyncio.run(run())

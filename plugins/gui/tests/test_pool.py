@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ from agentbridge.rollout.trajectory import Generation, SamplingParams, Trajector
 from agentbridge.spec import load_spec
 from agentbridge_gui.browser import BrowserPool
 from agentbridge_gui.env import MiniWoBEnv
+from agentbridge_gui.watchdog import owned_processes
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -86,6 +88,7 @@ def test_broken_browser_ends_episode_with_error_and_pool_recovers(agent: Agent, 
         assert pool.browsers and pool.browsers[0] is not first and pool.stats.started == 2
         time.sleep(0.5)
         assert not [p for p in old_pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        assert first.user_data_dir is not None and not first.user_data_dir.exists()  # its profile is removed
 
 
 def test_pool_bounds_browsers_and_reuses_them() -> None:
@@ -111,7 +114,7 @@ def test_pool_bounds_browsers_and_reuses_them() -> None:
 
 
 SCRIPT = textwrap.dedent("""
-    import asyncio, json, signal, sys, time
+    import asyncio, json, os, signal, sys, time
     # a job started in the background by a non-interactive shell inherits SIGINT as ignored; a terminal's Ctrl-C
     # reaches a Python that has its default handler, so put it back
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -119,11 +122,17 @@ SCRIPT = textwrap.dedent("""
     from agentbridge_gui.browser import BrowserPool
     from agentbridge_gui.env import MiniWoBEnv
 
+    from agentbridge_gui.watchdog import ensure_watchdog
+
     async def main():
         pool = BrowserPool(1)
         env = MiniWoBEnv(pool=pool)
         await env.reset(Task("t", "t", {"task": "click-test", "seed": 1}))
-        print(json.dumps(pool.browsers[0].pids()), flush=True)
+        watchdog = ensure_watchdog()
+        if sys.argv[1] == "pause-watchdog":  # so that only this process's own exit handlers can clean up
+            os.kill(watchdog.process.pid, signal.SIGSTOP)
+        print(json.dumps({"pids": pool.browsers[0].pids(), "token": watchdog.token, "root": str(watchdog.root),
+                          "watchdog": watchdog.process.pid}), flush=True)
         while True:
             await asyncio.sleep(0.1)
 
@@ -131,23 +140,56 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+def start_child(mode: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """A Python process with one pool browser on a task page; returns it and what it printed."""
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # own group: only the python process gets the signal
+    line = proc.stdout.readline()  # type: ignore[union-attr]
+    if not line:
+        proc.kill()
+        pytest.fail(f"the child did not start a browser: {proc.stderr.read()}")  # type: ignore[union-attr]
+    info = json.loads(line)
+    assert len(info["pids"]) >= 2 and Path(info["root"]).is_dir()
+    return proc, info
+
+
+def leftovers(pids: list[int], token: str, within_s: float) -> list[int]:
+    """Pids still alive after ``within_s``: the child's browser tree, and any process that carries its token."""
+    deadline = time.time() + within_s
+    while True:
+        alive = {p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"}
+        alive |= {p.pid for p in owned_processes(token)}  # type: ignore[attr-defined]
+        if not alive or time.time() > deadline:
+            return sorted(alive)
+        time.sleep(0.1)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_browsers_are_cleaned_up_on_ctrl_c_and_sigterm(sig: signal.Signals) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # own group: only the python process gets the signal
+    proc, info = start_child("pause-watchdog")  # the process's own handlers must do it, not its watchdog
     try:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        pids = json.loads(line)
-        assert len(pids) >= 2, proc.stderr.read()  # type: ignore[union-attr]
         proc.send_signal(sig)
         proc.wait(timeout=90)  # generous: a loaded 2-core machine can take long to quit chromium
+        alive = [p for p in leftovers(info["pids"], info["token"], 15) if p != info["watchdog"]]
+        assert not alive, f"left behind after {sig.name}: {alive}"
     finally:
         if proc.poll() is None:
             proc.kill()
-    deadline = time.time() + 15
-    while time.time() < deadline:
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
-        if not alive:
-            break
-        time.sleep(0.1)
-    assert not alive, f"left behind after {sig.name}: {alive}"
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(info["watchdog"], signal.SIGCONT)  # it finds its parent gone, sweeps and exits
+    assert not leftovers([], info["token"], 10)
+
+
+def test_sigkilled_parent_leaves_no_browsers_behind() -> None:
+    proc, info = start_child("")
+    tree = info["pids"]
+    try:
+        assert set(tree) <= {p.pid for p in owned_processes(info["token"])}  # type: ignore[attr-defined]
+        proc.send_signal(signal.SIGKILL)  # no handler runs: only the watchdog can clean up
+        proc.wait(timeout=10)
+        alive = leftovers(tree, info["token"], 10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not alive, f"left behind after SIGKILL: {alive}"  # chromedriver, chromium and the watchdog itself
+    assert not Path(info["root"]).exists()  # the browser profiles went too
