@@ -27,6 +27,7 @@ class Capabilities:
     max_turns: int | None = None
     async_rollout: bool = False
     scale_out: str = ""
+    cpu_training: bool = False  # whether a job can train on a machine without GPUs
     notes: list[str] = field(default_factory=list)
 
 

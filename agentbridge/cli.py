@@ -327,6 +327,41 @@ def backends_setup(name: str, venv: str | None, cpu: bool, dry_run: bool) -> Non
 
 
 @main.command()
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--backends", "backend_names", default="trl,verl,openrlhf", show_default=True,
+              help="Backends to compare, comma-separated.")
+@click.option("-o", "out", type=click.Path(file_okay=False), default=None,
+              help="Where jobs, runs and the report go (default compare/NAME).")
+@click.option("--conformance", is_flag=True, help="Also run the conformance suite for each backend.")
+@click.option("--no-train", is_flag=True, help="Compile and validate only.")
+@set_option
+@user_errors
+def compare(spec_path: str, backend_names: str, out: str | None, conformance: bool, no_train: bool,
+            sets: tuple[str, ...]) -> None:
+    """Compile SPEC for several backends, validate each in its own environment, train where this machine can,
+    and write the side-by-side report."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentbridge.compare.backends import compare_backends
+
+    spec = _spec(spec_path, sets)
+    names = [n.strip() for n in backend_names.split(",") if n.strip()]
+    out_dir = Path(out) if out else Path("compare") / spec.name
+    path, outcomes, problems = compare_backends(spec, names, out_dir, conformance=conformance, train=not no_train,
+                                                say=lambda line: click.echo(line, err=True))
+    table = Table("backend", "compile", "validate", "conformance", "run", title=f"{spec.name}: {len(names)} backends")
+    for o in outcomes:
+        table.add_row(*o.row().values())
+    Console(width=max(160, Console().width)).print(table)
+    for line in problems:
+        click.echo(line if line.startswith("warning: ") else f"problem: {line}", err=True)
+    click.echo(f"wrote {path}")
+    if any(o.problems for o in outcomes):
+        sys.exit(1)
+
+
+@main.command()
 @click.argument("run_dirs", metavar="RUN", nargs=-1, required=True)
 @click.option("-o", "out", type=click.Path(file_okay=False), default="report", show_default=True,
               help="Where report.html and the PNGs go.")

@@ -9,11 +9,12 @@ scripts/install.sh pytest ruff
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 echo "[test] ruff"
 .venv/bin/ruff check .
-echo "[test] pytest (core, plugins, examples, TRL adapter)"
-suites=(tests plugins/*/tests examples/plugin-package/tests adapters/trl/tests)
-.venv/bin/python -m pytest -q "${suites[@]}" "$@"
+# the backends with their own environments first: the core's compare and conformance tests use those environments
 for script in adapters/*/test.sh; do
   [ -e "$script" ] || continue
   echo "[test] $script"
   bash "$script"
 done
+echo "[test] pytest (core, plugins, examples, TRL adapter)"
+suites=(tests plugins/*/tests examples/plugin-package/tests adapters/trl/tests)
+.venv/bin/python -m pytest -q "${suites[@]}" "$@"

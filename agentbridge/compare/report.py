@@ -146,8 +146,20 @@ _RENDER_CHECK = ("<script>addEventListener('load', () => { const imgs = [...docu
                  "imgs.filter(i => i.complete && i.naturalWidth > 0).length; });</script>")
 
 
-def write_report(run_dirs: list[Path], out_dir: Path) -> tuple[Path, list[str]]:
-    """Draw the comparison into ``out_dir``; returns ``report.html`` and the problem/warning lines."""
+def _backend_table(rows: list[dict[str, str]]) -> str:
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row.values()) + "</tr>" for row in rows)
+    return f"<h2>Backends</h2><table class='backends'><tr>{head}</tr>{body}</table>"
+
+
+def write_report(run_dirs: list[Path], out_dir: Path,
+                 backends: list[dict[str, str]] | None = None) -> tuple[Path, list[str]]:
+    """Draw the comparison into ``out_dir``; returns ``report.html`` and the problem/warning lines.
+
+    ``backends``: optional rows (one per backend: compile, validate, conformance, run) drawn as a table first.
+    """
     problems: list[str] = []
     runs = [r for r in (_load(Path(p), problems) for p in run_dirs) if r is not None]
     problems += [f"warning: {w}" for w in differences(runs)]
@@ -165,7 +177,8 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> tuple[Path, list[str]]:
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>agentbridge report</title><style>"
             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
             "padding:4px 8px}figure{display:inline-block;margin:1em}</style></head><body>"
-            f"<h1>agentbridge report: {len(runs)} run(s)</h1><table><tr>{head}</tr>{body}</table>"
+            f"<h1>agentbridge report: {len(runs)} run(s)</h1>{_backend_table(backends or [])}"
+            f"<table><tr>{head}</tr>{body}</table>"
             f"{'<h2>Problems</h2><ul>' + notes + '</ul>' if notes else ''}{imgs}{_RENDER_CHECK}</body></html>")
     path = out_dir / "report.html"
     path.write_text(page)

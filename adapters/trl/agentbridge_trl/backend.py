@@ -42,7 +42,8 @@ class TrlBackend:
     def capabilities(self) -> Capabilities:
         return Capabilities(
             algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None,
-            async_rollout=False, scale_out="accelerate launch (multi-GPU / multi-node), vLLM colocate or server",
+            async_rollout=False, cpu_training=True,
+            scale_out="accelerate launch (multi-GPU / multi-node), vLLM colocate or server",
             notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()]
                   + ["images: a vision-language model (e.g. builtin:tiny-vl) trains with AgentVLMGRPOTrainer, a "
                      "GRPOTrainer subclass that puts the driver's prompt and tool-result images in the forward "

@@ -1,0 +1,99 @@
+"""``agentbridge compare``: one spec through several backends, side by side.
+
+For each backend: compile the spec, validate the job with the backend's own validators in its own environment,
+optionally run the conformance suite, and train where this machine can (a backend that trains on CPU, and a
+spec that asks for no GPUs). The report then draws every run next to the others, with a table of what each
+backend did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentbridge.spec import Spec
+
+
+@dataclass
+class Outcome:
+    """What happened to one backend: a short status per stage, the problem lines, and its run directory."""
+
+    backend: str
+    compile: str = "-"
+    validate: str = "-"
+    conformance: str = "not asked"
+    run: str = "-"
+    run_dir: Path | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def row(self) -> dict[str, str]:
+        return {"backend": self.backend, "compile": self.compile, "validate": self.validate,
+                "conformance": self.conformance, "run": self.run}
+
+
+def _one(spec: Spec, name: str, out: Path, *, conformance: bool, train: bool, say: Callable[[str], None]) -> Outcome:
+    from agentbridge.plugins import get_plugins
+    from agentbridge.rollout.agent import check_ids
+
+    result = Outcome(name)
+    registry = get_plugins().backends
+    if name not in registry:
+        result.compile = "not installed"
+        result.problems.append(f"{name}: {registry.unknown(name)}; pip install agentbridge-{name}")
+        return result
+    backend = registry.get(name)
+    problems = [str(p) for p in check_ids(spec) + backend.check(spec)]
+    if problems:
+        result.compile = "rejected"
+        result.problems += [f"{name}: {p}" for p in problems]
+        return result
+    say(f"[{name}] compile")
+    job = backend.compile(spec, out / "jobs" / name)
+    result.compile = f"ok: {job.path}"
+    say(f"[{name}] validate")
+    report = backend.validate(job)
+    result.validate = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+    result.problems += [f"{name}: validate: {p}" for p in report.problems]
+    if conformance:
+        from agentbridge.conformance import run_suite
+
+        say(f"[{name}] conformance")
+        suite = run_suite(name)
+        failed = [line for r in suite for line in r.problems]
+        ran = [r.kind for r in suite if not r.skipped]
+        result.conformance = (f"identical ({', '.join(ran)})" if not failed else f"{len(failed)} difference(s)")
+        result.problems += failed
+    caps = backend.capabilities()
+    if not report.ok:
+        result.run = "not run: the job did not validate"
+    elif not train:
+        result.run = "not asked"
+    elif not caps.cpu_training:
+        result.run = f"not run here: {name} trains on GPUs (submit.sh in the job)"
+    elif spec.resources.gpus_per_node > 0:
+        result.run = f"not run here: the spec asks for {spec.resources.gpus_per_node} GPU(s) per node"
+    else:
+        say(f"[{name}] train")
+        run_dir = backend.launch(job, None, run_dir=out / "runs" / name)
+        result.run, result.run_dir = f"ok: {run_dir}", Path(run_dir)
+    return result
+
+
+def compare_backends(spec: Spec, names: list[str], out: Path, *, conformance: bool = False, train: bool = True,
+                     say: Callable[[str], None] = print) -> tuple[Path, list[Outcome], list[str]]:
+    """Run ``spec`` through each backend in ``names``; returns ``report.html``, the outcomes and problem lines."""
+    from agentbridge.backends import JobError
+    from agentbridge.compare.report import write_report
+
+    outcomes = []
+    for name in names:
+        try:
+            outcomes.append(_one(spec, name, out, conformance=conformance, train=train, say=say))
+        except (JobError, ValueError) as e:  # one backend failing never hides the others
+            failed = Outcome(name, problems=[f"{name}: {e}"])
+            failed.run = "failed"
+            outcomes.append(failed)
+    runs = [o.run_dir for o in outcomes if o.run_dir is not None]
+    path, report_problems = write_report(runs, out / "report", backends=[o.row() for o in outcomes])
+    return path, outcomes, [p for o in outcomes for p in o.problems] + report_problems

@@ -1,0 +1,37 @@
+"""`agentbridge compare`: one spec through several backends, one report; a missing backend never hides the others.
+
+veRL is validated in its own environment (.venv-verl, created by adapters/verl/test.sh before these tests run).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from agentbridge.cli import main
+
+SMALL = ["data.train.size=8", "data.eval.size=4", "algorithm.batch_size=2", "algorithm.group_size=2",
+         "algorithm.steps=1", "algorithm.warm_start=null"]
+
+
+def test_compare_trains_what_it_can_and_reports_every_backend(tmp_path: Path) -> None:
+    args = ["compare", "examples/calculator.yaml", "--backends", "trl,verl,nope", "-o", str(tmp_path)]
+    for s in SMALL:
+        args += ["--set", s]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output  # 'nope' is not installed
+    problems = [line for line in result.output.splitlines() if line.startswith("problem: ")]
+    assert problems == ["problem: nope: unknown backend 'nope'; known: openrlhf, trl, verl; "
+                        "pip install agentbridge-nope"], problems
+    rows = [json.loads(line) for line in (tmp_path / "runs" / "trl" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and "reward/mean" in rows[0]  # TRL trained its one step
+    assert (tmp_path / "jobs" / "verl" / "manifest.json").is_file()
+    page = (tmp_path / "report" / "report.html").read_text()
+    backends = page.split("<table class='backends'>")[1].split("</table>")[0]
+    assert backends.count("<tr>") == 4  # header + three backends
+    verl_row = backends.split("<td>verl</td>")[1].split("</tr>")[0]
+    assert "<td>ok</td>" in verl_row and "not run here: verl trains on GPUs" in verl_row
+    assert "<td>not installed</td>" in backends.split("<td>nope</td>")[1]
+    assert (tmp_path / "report" / "reward.png").is_file()
