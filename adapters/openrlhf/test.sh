@@ -4,7 +4,9 @@
 #  - torch==2.13.0 first (the CPU build; an unpinned torch would pull a multi-GB CUDA build);
 #  - openrlhf==0.11.2 with --no-deps: its DeepSpeed, flash-attn and vLLM need a GPU; the CPU-usable part
 #    of its dependencies is the adapter's `cpu` extra;
-#  - agentbridge core, the math plugin, this adapter (editable), dashscope (qwen.tiktoken only), pytest.
+#  - agentbridge core, the math, search and gui plugins, this adapter (editable), dashscope (qwen.tiktoken only),
+#    pytest: one resolve, so the plugins' dependencies keep OpenRLHF's pins (transformers 5.15.0, ray 2.55.0);
+#  - no torchvision: PyPI's build does not import beside the CPU torch (tests/standins/torchvision_gap.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -13,9 +15,9 @@ PY=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # pip, without the local mirrors' "is ignored" notes and the resolver's complaint about openrlhf's GPU deps
 pip() { "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v -e "is ignored: it is neither" -e "^openrlhf 0.11.2 requires" \
-  -e "dependency resolver does not currently" || true; }; return "${PIPESTATUS[0]}"; }
+  -e "dependency resolver does not currently" -e "^dashscope .* requires" || true; }; return "${PIPESTATUS[0]}"; }
 stamp=$VENV/.agentbridge-openrlhf-installed
-want="torch==2.13.0 openrlhf==0.11.2 $(sha1sum adapters/openrlhf/pyproject.toml | cut -c1-12)"
+want="torch==2.13.0 openrlhf==0.11.2 plugins=math,search,gui $(sha1sum adapters/openrlhf/pyproject.toml | cut -c1-12)"
 t0=$(date +%s)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[openrlhf] creating $VENV"
@@ -24,8 +26,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   pip install -q torch==2.13.0
   echo "[openrlhf] openrlhf==0.11.2 (--no-deps: DeepSpeed, flash-attn and vLLM cannot run on CPU)"
   pip install -q --no-deps openrlhf==0.11.2
-  echo "[openrlhf] agentbridge, math plugin, adapter (+ OpenRLHF's CPU-usable dependencies), pytest"
-  pip install -q torch==2.13.0 -e "$ROOT[hf]" -e "$ROOT/plugins/math" -e "$ROOT/adapters/openrlhf[cpu]" pytest
+  echo "[openrlhf] agentbridge, math/search/gui plugins, adapter (+ OpenRLHF's CPU-usable dependencies), pytest"
+  pip install -q torch==2.13.0 -e "$ROOT[hf]" -e "$ROOT/plugins/math" -e "$ROOT/plugins/search" -e "$ROOT/plugins/gui" \
+    -e "$ROOT/adapters/openrlhf[cpu]" pytest
   pip install -q --no-deps dashscope   # the real Qwen2.5 vocabulary (qwen.tiktoken); only that file is used
   "$VENV/bin/python" -c "import torch, transformers, openrlhf; assert torch.__version__.startswith('2.13.0'), torch.__version__; \
 assert transformers.__version__ == '5.15.0', transformers.__version__; print('[openrlhf] torch', torch.__version__, \

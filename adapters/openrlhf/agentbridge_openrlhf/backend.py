@@ -35,9 +35,13 @@ from agentbridge_openrlhf.config import (
     OPTIONS,
     OWNED,
     WHY_NOT,
+    applies,
     estimator,
     flag_values,
+    foreign_note,
     openrlhf_flags,
+    options,
+    overrides,
     to_argv,
     vision_model,
 )
@@ -62,9 +66,8 @@ class AgentExecutor(AgentbridgeExecutor):
 
 def is_multimodal(spec: Spec, rows: list[dict[str, Any]]) -> bool:
     """Whether the job feeds images (dataset images, a VLM builtin, or a declared image budget)."""
-    options = {**OPTIONS, **spec.backend.options}
     return (any(r.get("images") for r in rows) or vision_model(spec.model.path)
-            or int(options["max_images_per_prompt"]) > 0)
+            or int(options(spec)["max_images_per_prompt"]) > 0)
 
 
 def dataset_row(spec: Spec, task: Any) -> dict[str, Any]:
@@ -110,8 +113,8 @@ class OpenRLHFBackend:
         if bad_algo is not None:
             bad_algo.message += f" ({WHY_NOT.get(spec.algorithm.name, 'not mapped')})"
             problems.append(bad_algo)
-        options = {**OPTIONS, **spec.backend.options}
-        for key in spec.backend.options:
+        opts = options(spec)
+        for key in spec.backend.options if applies(spec) else ():
             if key not in OPTIONS:
                 problems.append(Problem(f"backend.options.{key}",
                                         f"unknown OpenRLHF option; known: {', '.join(sorted(OPTIONS))}"))
@@ -124,18 +127,18 @@ class OpenRLHFBackend:
         if est in GROUP_ESTIMATORS and spec.algorithm.group_size < 2:
             problems.append(Problem("algorithm.group_size", f"{spec.algorithm.name} ({est}) normalises within a "
                                     "group of samples per prompt; use group_size >= 2"))
-        if options["is_correction"] not in ("off", "token", "seq"):
+        if opts["is_correction"] not in ("off", "token", "seq"):
             problems.append(Problem("backend.options.is_correction", "must be off, token or seq"))
         if spec.agent.sampling.top_k:
             problems.append(Problem("agent.sampling.top_k", f"OpenRLHF {OPENRLHF_PIN} has no top_k flag (it samples "
                                                             "with top_k=-1); remove it"))
-        if vision_model(spec.model.path) or int(options["max_images_per_prompt"]) > 0:
+        if vision_model(spec.model.path) or int(opts["max_images_per_prompt"]) > 0:
             if est == "gae":
                 problems.append(Problem("algorithm.name", "OpenRLHF has no critic for vision-language models; "
                                                           "use grpo, rloo, reinforce_pp or dr_grpo"))
-            if options["packing_samples"]:
+            if opts["packing_samples"]:
                 problems.append(Problem("backend.options.packing_samples", "OpenRLHF cannot pack VLM samples"))
-        for key in spec.backend.overrides:
+        for key in overrides(spec):
             name = key.removeprefix("--")
             if name in OWNED:
                 problems.append(Problem(f"backend.overrides.{key}", "set by the adapter; the agentbridge executor "
@@ -166,8 +169,9 @@ class OpenRLHFBackend:
         sizes = {"train_size": len(train), "eval_size": len(evals), "multimodal": multimodal,
                  "first_images": max((len(r.get("images") or []) for r in train + evals), default=0)}
         local = to_argv(flag_values(spec, model="@MODEL@", job="@JOB@", out="@OUT@", **sizes))
-        _script(out / "launch.sh", _launch_lines(spec, local))
-        _script(out / "submit.sh", _submit_lines(spec, local))
+        notes = [n for n in (foreign_note(spec),) if n]
+        _script(out / "launch.sh", [f"# NOTE: {n}" for n in notes] + _launch_lines(spec, local))
+        _script(out / "submit.sh", [f"# NOTE: {n}" for n in notes] + _submit_lines(spec, local))
         command = ["python", "-m", "openrlhf.cli.train_ppo_ray", *local]
         job = Job(backend=self.name, path=out, manifest=manifest(
             kind="job", backend=self.name, spec_hash=spec_hash(spec), seed=spec.seed, command=command,
@@ -175,7 +179,7 @@ class OpenRLHFBackend:
                       "openrlhf_pin": OPENRLHF_PIN},
             files=sorted(p.name for p in out.iterdir()) + ["manifest.json"],
             tasks={"train": len(train), "eval": len(evals)}, multimodal=multimodal,
-            not_run=["algorithm.warm_start: " + NOTES[-1]] if spec.algorithm.warm_start else []))
+            not_run=["algorithm.warm_start: " + NOTES[-1]] if spec.algorithm.warm_start else [], notes=notes))
         job.write_manifest()
         return job
 

@@ -13,6 +13,7 @@ from typing import Any
 from agentbridge.spec.models import Spec
 
 OPENRLHF_PIN = "0.11.2"
+BACKEND = "openrlhf"
 AGENT_FILE = "agentbridge_agent.py"
 
 # agentbridge algorithm -> OpenRLHF flags. Rewards are sequence-level in OpenRLHF agent mode (placed on the
@@ -68,6 +69,30 @@ OPTIONS: dict[str, Any] = {
 OWNED = ("train.agent_func_path", "data.prompt_dataset", "data.input_key", "data.label_key")
 
 
+def applies(spec: Spec) -> bool:
+    """Whether ``backend.options`` / ``backend.overrides`` are OpenRLHF's: they belong to ``backend.name``."""
+    return spec.backend.name == BACKEND
+
+
+def options(spec: Spec) -> dict[str, Any]:
+    """OpenRLHF's options: the defaults, then ``backend.options`` when the spec's backend is OpenRLHF."""
+    return {**OPTIONS, **(spec.backend.options if applies(spec) else {})}
+
+
+def overrides(spec: Spec) -> dict[str, Any]:
+    """``backend.overrides`` when the spec's backend is OpenRLHF (another backend's flags mean nothing here)."""
+    return dict(spec.backend.overrides) if applies(spec) else {}
+
+
+def foreign_note(spec: Spec) -> str | None:
+    """The line saying that another backend's options/overrides were left out, or None."""
+    foreign = [k for k in ("options", "overrides") if getattr(spec.backend, k)]
+    if not foreign or applies(spec):
+        return None
+    return (f"backend.{' and backend.'.join(foreign)} are for backend {spec.backend.name} (backend.name): not "
+            "applied to the OpenRLHF job")
+
+
 @cache
 def openrlhf_flags() -> dict[str, dict[str, Any]]:
     """``{dotted name: {"nargs", "default", "choices"}}`` of OpenRLHF 0.11.2's parser (shipped, dumped from it)."""
@@ -97,8 +122,7 @@ def world_size(spec: Spec) -> int:
 
 
 def estimator(spec: Spec) -> str:
-    options = {**OPTIONS, **spec.backend.options}
-    return options["estimator"] or ALGORITHMS.get(spec.algorithm.name, {}).get("algo.advantage.estimator", "gae")
+    return options(spec)["estimator"] or ALGORITHMS.get(spec.algorithm.name, {}).get("algo.advantage.estimator", "gae")
 
 
 def reward_range(spec: Spec) -> tuple[float, float]:
@@ -121,7 +145,7 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
     ``backend.overrides`` removes a flag. ``first_images``: the most images a task starts with (dataset images).
     """
     a, algo, res = spec.agent, spec.algorithm, spec.resources
-    options = {**OPTIONS, **spec.backend.options}
+    opts = options(spec)
     gpus = max(1, res.gpus_per_node)
     prompts_needed = algo.steps * algo.batch_size
     episodes = max(1, math.ceil(prompts_needed / max(1, train_size)))
@@ -141,8 +165,8 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         "rollout.n_samples_per_prompt": algo.group_size,
         "rollout.batch_size": algo.batch_size,
         "train.batch_size": algo.batch_size * algo.group_size,
-        "rollout.micro_batch_size": options["rollout_micro_batch_size"],
-        "train.micro_batch_size": options["train_micro_batch_size"],
+        "rollout.micro_batch_size": opts["rollout_micro_batch_size"],
+        "train.micro_batch_size": opts["train_micro_batch_size"],
         "rollout.temperature": a.sampling.temperature,
         "rollout.top_p": a.sampling.top_p,
         "algo.advantage.estimator": estimator(spec),
@@ -154,16 +178,16 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         "actor.num_gpus_per_node": gpus,
         "ref.num_nodes": res.nodes,
         "ref.num_gpus_per_node": gpus,
-        "vllm.tensor_parallel_size": options["vllm_tensor_parallel_size"],
-        "vllm.gpu_memory_utilization": options["vllm_gpu_memory_utilization"],
-        "ds.zero_stage": options["zero_stage"],
+        "vllm.tensor_parallel_size": opts["vllm_tensor_parallel_size"],
+        "vllm.gpu_memory_utilization": opts["vllm_gpu_memory_utilization"],
+        "ds.zero_stage": opts["zero_stage"],
         "ds.param_dtype": "bf16",
         "ckpt.output_dir": f"{out}/ckpt",
-        "ckpt.save_steps": options["save_steps"],
+        "ckpt.save_steps": opts["save_steps"],
         "logger.tensorboard_dir": f"{out}/tensorboard",
     }
-    tp = int(options["vllm_tensor_parallel_size"])
-    v["vllm.num_engines"] = options["vllm_num_engines"] or max(1, world_size(spec) // tp)
+    tp = int(opts["vllm_tensor_parallel_size"])
+    v["vllm.num_engines"] = opts["vllm_num_engines"] or max(1, world_size(spec) // tp)
     for key, value in ALGORITHMS.get(spec.algorithm.name, {}).items():
         if key != "algo.advantage.estimator":
             v[key] = value
@@ -173,29 +197,29 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         v.update({"algo.kl.use_loss": True, "algo.kl.estimator": "k3"})
     if estimator(spec) == "gae":
         v.update({"critic.model_name_or_path": model, "critic.num_nodes": res.nodes,
-                  "critic.num_gpus_per_node": gpus, "critic.adam.lr": options["critic_lr"]})
-    if options["async"]:
-        v.update({"train.async_enable": True, "train.async_queue_size": options["async_queue_size"],
+                  "critic.num_gpus_per_node": gpus, "critic.adam.lr": opts["critic_lr"]})
+    if opts["async"]:
+        v.update({"train.async_enable": True, "train.async_queue_size": opts["async_queue_size"],
                   "train.colocate_actor_ref": True})
-        if options["partial_rollout"]:
+        if opts["partial_rollout"]:
             v["train.partial_rollout_enable"] = True
     else:
         v.update({"train.colocate_all": True, "vllm.enable_sleep": True, "ds.enable_sleep": True})
-    if options["gradient_checkpointing"]:
+    if opts["gradient_checkpointing"]:
         v["actor.gradient_checkpointing_enable"] = True
-    if options["packing_samples"]:
+    if opts["packing_samples"]:
         v["ds.packing_samples"] = True
-    if options["is_correction"] != "off":
-        v["algo.advantage.is_correction_level"] = options["is_correction"]
-    if eval_size and int(options["eval_steps"]) > 0:
-        v.update({"eval.dataset": f"{job}/data/eval.jsonl", "eval.steps": options["eval_steps"],
+    if opts["is_correction"] != "off":
+        v["algo.advantage.is_correction_level"] = opts["is_correction"]
+    if eval_size and int(opts["eval_steps"]) > 0:
+        v.update({"eval.dataset": f"{job}/data/eval.jsonl", "eval.steps": opts["eval_steps"],
                   "eval.n_samples_per_prompt": 1, "eval.temperature": a.sampling.temperature})
     if multimodal:
         v["data.image_key"] = "images"
         # vLLM rejects a prompt with more images than this, and OpenRLHF re-sends every image each turn
-        v["data.max_images_per_prompt"] = (int(options["max_images_per_prompt"])
+        v["data.max_images_per_prompt"] = (int(opts["max_images_per_prompt"])
                                            or max(1, first_images) + a.max_turns - 1)
-    for key, value in spec.backend.overrides.items():
+    for key, value in overrides(spec).items():
         key = key.removeprefix("--")
         if value is None or value is False:
             v.pop(key, None)

@@ -195,7 +195,25 @@ def validate_job(job_dir: Path) -> list[Problem]:
     except ArgsError as e:
         return [*problems, Problem("launch.sh", f"OpenRLHF {OPENRLHF_PIN} rejects the command line: {e}")]
     problems += _silent_checks(spec, args, argv, job_dir, tokenizer)
+    problems += _vlm_checks(model, args)
     return problems
+
+
+def _vlm_checks(model: str, args: Any) -> list[Problem]:
+    """The image flags must agree with how OpenRLHF loads the model: as a VLM (an ``AutoProcessor`` that builds
+    ``pixel_values``) exactly when its config has a ``vision_config``."""
+    from openrlhf.utils.utils import is_vlm_model
+
+    images = int(_flag(args, "data.max_images_per_prompt") or 0)
+    vlm = is_vlm_model(model)
+    if images and not vlm:
+        return [Problem("data.max_images_per_prompt", f"{images} images per prompt, but OpenRLHF loads {model} as a "
+                                                      "text model (no vision_config): no pixel_values would be made")]
+    if vlm and not images:
+        return [Problem("data.max_images_per_prompt", "0 for a vision-language model: OpenRLHF would send vLLM "
+                                                      "expanded image tokens with no image limit; set "
+                                                      "backend.options.max_images_per_prompt")]
+    return []
 
 
 def _silent_checks(spec: Any, args: Any, argv: list[str], job_dir: Path, tokenizer: Any) -> list[Problem]:

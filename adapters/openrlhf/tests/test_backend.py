@@ -15,6 +15,7 @@ from agentbridge_openrlhf.config import openrlhf_flags
 from agentbridge_openrlhf.validate import dump_flags, job_argv
 
 CALC = "examples/calculator.yaml"
+OURS = "backend.name=openrlhf"  # backend.options / overrides apply only to the spec's own backend
 
 
 def test_plugin_registers_backend_without_importing_openrlhf_or_torch() -> None:
@@ -92,9 +93,9 @@ def test_algorithm_mapping(algo: str, flags: dict[str, str], tmp_path: Path) -> 
 
 @pytest.mark.parametrize(("sets", "where", "text"), [
     (["algorithm.group_size=1"], "algorithm.group_size", "group_size >= 2"),
-    (["backend.overrides={agent_func_path: x.py}"], "backend.overrides.agent_func_path", "renamed in 0.10.2"),
-    (["backend.overrides={data.label_key: other}"], "backend.overrides.data.label_key", "set by the adapter"),
-    (["backend.options={bogus: 1}"], "backend.options.bogus", "unknown OpenRLHF option"),
+    ([OURS, "backend.overrides={agent_func_path: x.py}"], "backend.overrides.agent_func_path", "renamed in 0.10.2"),
+    ([OURS, "backend.overrides={data.label_key: other}"], "backend.overrides.data.label_key", "set by the adapter"),
+    ([OURS, "backend.options={bogus: 1}"], "backend.options.bogus", "unknown OpenRLHF option"),
     (["agent.sampling.top_k=5"], "agent.sampling.top_k", "no top_k flag"),
     (["model.path=builtin:tiny-vl", "algorithm.name=ppo"], "algorithm.name", "no critic for vision-language"),
 ])
@@ -112,3 +113,19 @@ def test_capabilities_are_consistent_with_what_core_promises() -> None:
     from agentbridge.spec import ALGORITHMS
 
     assert set(caps.algorithms) == set(ALGORITHMS) and caps.multimodal and caps.tool_images and caps.async_rollout
+
+
+def test_another_backends_options_are_left_out_with_a_note(tmp_path: Path) -> None:
+    """examples/*.yaml name TRL as their backend; its options (eval_size) mean nothing to OpenRLHF."""
+    foreign = ["backend.options={eval_size: 4, is_correction: token}", "backend.overrides={no_such_flag: 1}"]
+    spec = load_spec(CALC, foreign)
+    assert spec.backend.name == "trl" and OpenRLHFBackend().check(spec) == []
+    job = OpenRLHFBackend().compile(spec, tmp_path / "foreign")
+    argv = job_argv(job.path, model="/m")
+    assert "--no_such_flag" not in argv and "--algo.advantage.is_correction_level" not in argv
+    note = "backend.options and backend.overrides are for backend trl (backend.name): not applied to the OpenRLHF job"
+    assert job.manifest["notes"] == [note] and f"# NOTE: {note}" in (job.path / "launch.sh").read_text()
+    ours = OpenRLHFBackend().compile(load_spec(CALC, [OURS, foreign[0]]), tmp_path / "ours")
+    assert OpenRLHFBackend().check(load_spec(CALC, [OURS, foreign[0]]))[0].where == "backend.options.eval_size"
+    argv = job_argv(ours.path, model="/m")
+    assert argv[argv.index("--algo.advantage.is_correction_level") + 1] == "token" and ours.manifest["notes"] == []

@@ -26,7 +26,7 @@ SCRIPT = [[CALL % "2 + 3", CALL % "7 * 6", "I do not know."],      # turn 1: a t
 def rollout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from agentbridge.models import resolve_model_path
 
-    spec = load_spec("examples/calculator.yaml", [*SMALL, "algorithm.name=grpo",
+    spec = load_spec("examples/calculator.yaml", [*SMALL, "algorithm.name=grpo", "backend.name=openrlhf",
                                                   "backend.options={is_correction: token}"])
     job = OpenRLHFBackend().compile(spec, tmp_path_factory.mktemp("rollout") / "job").path
     r = run_rollout(job, str(resolve_model_path(spec.model.path)), SCRIPT)

@@ -64,7 +64,7 @@ def test_cli_check_of_a_broken_job_prints_one_line_and_exits_1(calculator_job: P
 
 
 def test_async_with_sleep_from_the_spec_is_rejected_by_openrlhf(tmp_path: Path) -> None:
-    spec = load_spec("examples/calculator.yaml", ["backend.options={async: true}",
+    spec = load_spec("examples/calculator.yaml", ["backend.name=openrlhf", "backend.options={async: true}",
                                                   "backend.overrides={train.colocate_all: true, "
                                                   "vllm.enable_sleep: true}"])
     job = OpenRLHFBackend().compile(spec, tmp_path / "job")
@@ -81,3 +81,11 @@ def test_reward_model_flags_are_reported_as_ignored(calculator_job: Path, tmp_pa
                                                  "  --reward.remote_url http://127.0.0.1:5000/get_reward\n"))
     assert _validate(job) == ["reward.remote_url: ignored in agent mode (OpenRLHF sets it to ['agent']); rewards "
                               "come from the spec's reward list"]
+
+
+def test_an_image_budget_for_a_text_model_is_reported(tmp_path: Path) -> None:
+    spec = load_spec("examples/calculator.yaml", ["backend.name=openrlhf",
+                                                  "backend.overrides={data.max_images_per_prompt: 2}"])
+    problems = _validate(OpenRLHFBackend().compile(spec, tmp_path / "job").path)
+    assert len(problems) == 1 and problems[0].startswith("data.max_images_per_prompt: 2 images per prompt, but "
+                                                         "OpenRLHF loads") and "as a text model" in problems[0]

@@ -197,3 +197,12 @@ def test_the_vlm_forward_consumes_the_batches(vlm: dict[str, Any]) -> None:
             out = model(seqs, attention_mask=batch.attention_mask, position_ids=None, **mm)
         assert out.logits.shape[:2] == seqs.shape
         assert torch.isfinite(out.logits).all()
+
+
+def test_a_vlm_job_without_an_image_budget_is_reported(vlm: dict[str, Any], tmp_path: Path) -> None:
+    from agentbridge_openrlhf.validate import validate_job
+
+    spec = load_spec(vlm["job"] / "spec.yaml", ["backend.overrides={data.max_images_per_prompt: null}"])
+    problems = validate_job(OpenRLHFBackend().compile(spec, tmp_path / "job").path)
+    assert [p.where for p in problems] == ["data.max_images_per_prompt"]
+    assert "0 for a vision-language model" in problems[0].message
