@@ -10,7 +10,7 @@ VENV=${AGENTBRIDGE_VERL_VENV:-$ROOT/.venv-verl}
 PY=$VENV/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 stamp=$VENV/.agentbridge-verl-installed
-if [ ! -f "$stamp" ] || [ adapters/verl/pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ adapters/verl/pyproject.toml -nt "$stamp" ] || [ adapters/verl/test.sh -nt "$stamp" ]; then
   start=$(date +%s)
   [ -x "$PY" ] || { echo "[verl] creating $VENV"; python3 -m venv "$VENV"; }
   pin=$VENV/torch-pin.txt
@@ -20,8 +20,10 @@ if [ ! -f "$stamp" ] || [ adapters/verl/pyproject.toml -nt "$stamp" ]; then
   }
   echo "[verl] installing torch==2.13.0 (CPU build)"
   pip_install torch==2.13.0
-  echo "[verl] installing agentbridge core + math plugin + agentbridge-verl[backend] (verl==0.9.1)"
-  pip_install -e "$ROOT" -e "$ROOT/plugins/math" -e "$ROOT/adapters/verl[backend]" pytest
+  echo "[verl] installing agentbridge core + math/search/gui plugins + agentbridge-verl[backend] (verl==0.9.1)"
+  # the plugins' deps leave veRL's pins (transformers<5.11, torch, numpy) alone; the examples' ids resolve here
+  pip_install -e "$ROOT" -e "$ROOT/plugins/math" -e "$ROOT/plugins/search" -e "$ROOT/plugins/gui" \
+    -e "$ROOT/adapters/verl[backend]" pytest
   echo "[verl] installing the qwen.tiktoken vocabulary (dashscope wheel, no deps)"
   pip_install --no-deps dashscope
   touch "$stamp"

@@ -34,6 +34,7 @@ from agentbridge_verl.config import (
     REWARD_FILE,
     ROLLOUT_ENGINES,
     agent_loop_entries,
+    applies,
     job_config,
     n_gpus_per_node,
     options,
@@ -62,7 +63,7 @@ class VerlBackend:
         bad_algo = algorithm_problem(spec, self.name, self.capabilities(), known_capabilities())
         if bad_algo is not None:
             problems.append(bad_algo)
-        for key in spec.backend.options:
+        for key in spec.backend.options if applies(spec) else ():
             if key not in OPTIONS:
                 problems.append(Problem(f"backend.options.{key}",
                                         f"unknown veRL option; known: {', '.join(sorted(OPTIONS))}"))
@@ -111,8 +112,9 @@ class VerlBackend:
         if importlib.util.find_spec("verl") is not None:
             from agentbridge_verl.validate import validate_job
 
-            problems = validate_job(job.path)
-            return Report(ok=not problems, problems=problems)
+            skipped: list[str] = []
+            problems = validate_job(job.path, skipped)
+            return Report(ok=not problems, problems=problems, details={"skipped": skipped} if skipped else {})
         python = backend_python("verl", "verl")
         if not python:
             return Report(ok=False, problems=[Problem("verl", f"veRL {VERL_PIN} is not installed in this "
@@ -135,6 +137,10 @@ class VerlBackend:
 def compile_notes(spec: Spec) -> list[str]:
     """What the job does differently from the spec (kept in the manifest and at the top of launch.sh)."""
     notes = []
+    foreign = [k for k in ("options", "overrides") if getattr(spec.backend, k)]
+    if foreign and not applies(spec):
+        notes.append(f"backend.{' and backend.'.join(foreign)} are for backend {spec.backend.name} (backend.name): "
+                     "not applied to the veRL job")
     if spec.algorithm.warm_start is not None:
         notes.append("algorithm.warm_start is not run by the veRL job: run the warm start first (e.g. with the TRL "
                      "backend) and set model.path to its output")

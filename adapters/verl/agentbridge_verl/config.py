@@ -11,6 +11,7 @@ from typing import Any
 from agentbridge.spec.models import Spec
 from agentbridge_verl.algorithms import ALGORITHMS, needs_critic
 
+BACKEND = "verl"
 AGENT_NAME = "agentbridge"
 CONFIG_NAME = "agentbridge_job"
 AGENT_LOOP_TARGET = "agentbridge_verl.agent_loop.AgentBridgeAgentLoop"
@@ -32,8 +33,14 @@ OPTIONS: dict[str, Any] = {
 ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
 
 
+def applies(spec: Spec) -> bool:
+    """Whether ``backend.options`` / ``backend.overrides`` are veRL's: they belong to the spec's ``backend.name``."""
+    return spec.backend.name == BACKEND
+
+
 def options(spec: Spec) -> dict[str, Any]:
-    return {**OPTIONS, **spec.backend.options}
+    """veRL's options: the defaults, then ``backend.options`` when the spec's backend is veRL."""
+    return {**OPTIONS, **(spec.backend.options if applies(spec) else {})}
 
 
 def n_gpus_per_node(spec: Spec) -> int:
@@ -122,8 +129,8 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
 
 
 def overrides(spec: Spec) -> dict[str, Any]:
-    """``backend.overrides`` as dotted keys (a spec may nest them or write them dotted)."""
-    return flatten(spec.backend.overrides)
+    """``backend.overrides`` as dotted keys (a spec may nest them or write them dotted), when they are veRL's."""
+    return flatten(spec.backend.overrides) if applies(spec) else {}
 
 
 def job_config(spec: Spec) -> dict[str, Any]:

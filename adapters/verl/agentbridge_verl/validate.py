@@ -174,14 +174,43 @@ def _agent_loop(job_dir: Path, cfg: Any) -> list[Problem]:
     return problems
 
 
-def _agent(spec: Any, tokenizer: Any) -> list[Problem]:
+def _agent(spec: Any, tokenizer: Any) -> tuple[Any, list[Problem]]:
     from agentbridge.rollout.agent import Agent
 
     try:
         agent = Agent(spec, tokenizer)
     except ValueError as e:
-        return [Problem("spec", _first_line(e))]
-    return [Problem("model.chat_template", p) for p in agent.renderer.check()]
+        return None, [Problem("spec", _first_line(e))]
+    return agent, [Problem("model.chat_template", p) for p in agent.renderer.check()]
+
+
+def _images(model: str, cfg: Any, agent: Any, skipped: list[str]) -> list[Problem]:
+    """For a vision-language model: veRL builds a processor (pixel_values, M-RoPE position ids) whose image token
+    is the placeholder the driver expands, and the batch keeps the multimodal inputs."""
+    from agentbridge.models import is_vlm
+    from agentbridge_verl.processor import VERL_PROCESSORS, processor_class, verl_processor
+
+    if not is_vlm(model):
+        return []
+    processor, note = verl_processor(model)
+    if note:
+        skipped.append(f"model.path: {note}")
+    if processor is None:
+        return [Problem("model.path", f"veRL {VERL_PIN} builds no multimodal processor for this model "
+                        f"({processor_class(model) or 'no processor class'}); it binds only "
+                        f"{', '.join(VERL_PROCESSORS)}, so images would not reach the batch")]
+    from verl.utils.tokenizer import get_processor_token_id
+
+    problems = []
+    if not cfg.data.get("return_multi_modal_inputs", True):
+        problems.append(Problem("data.return_multi_modal_inputs", "must be true for a vision-language model: "
+                                "without it the batch carries no pixel_values"))
+    image_token = get_processor_token_id(processor, "image")
+    if agent is not None and agent.renderer.image_token_id != image_token:
+        problems.append(Problem("model.chat_template", f"the driver's image placeholder (token id "
+                                f"{agent.renderer.image_token_id}) is not the processor's image token "
+                                f"({image_token}); veRL would not find the images in the sequence"))
+    return problems
 
 
 def compose_job(job_dir: Path, spec: Any, model: str) -> Any:
@@ -196,14 +225,17 @@ def compose_job(job_dir: Path, spec: Any, model: str) -> Any:
         return compose(config_name=CONFIG_NAME, overrides=overrides)
 
 
-def validate_job(job_dir: Path) -> list[Problem]:
-    """Every problem veRL 0.9.1 (or agentbridge's side of the job) finds, one line each; veRL's chatter muted."""
+def validate_job(job_dir: Path, skipped: list[str] | None = None) -> list[Problem]:
+    """Every problem veRL 0.9.1 (or agentbridge's side of the job) finds, one line each; veRL's chatter muted.
+
+    A check this environment cannot run fully appends one line saying so to ``skipped``.
+    """
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        return _validate(Path(job_dir))
+        return _validate(Path(job_dir), [] if skipped is None else skipped)
 
 
-def _validate(job_dir: Path) -> list[Problem]:
+def _validate(job_dir: Path, skipped: list[str]) -> list[Problem]:
     job_dir = Path(job_dir).resolve()
     try:
         spec = load_spec(job_dir / "spec.yaml")
@@ -254,18 +286,24 @@ def _validate(job_dir: Path) -> list[Problem]:
     problems += _dataclasses(cfg) + _algorithm(cfg) + _reward(cfg) + _agent_loop(job_dir, cfg)
     from agentbridge.models import load_tokenizer
 
-    return problems + _agent(spec, load_tokenizer(model))
+    agent, agent_problems = _agent(spec, load_tokenizer(model))
+    return problems + agent_problems + _images(model, cfg, agent, skipped)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print one line per problem (or, with ``--json``, a JSON list of [where, message]); exit 1 on any."""
+    """Print one line per problem (or, with ``--json``, a JSON list of [where, message]); exit 1 on any.
+
+    Checks this environment could not run fully are one ``skipped:`` line each on stderr."""
     args = sys.argv[1:] if argv is None else argv
     as_json = "--json" in args
     args = [a for a in args if a != "--json"]
     if len(args) != 1:
         print("usage: python -m agentbridge_verl.validate JOB_DIR [--json]", file=sys.stderr)
         return 2
-    problems = validate_job(Path(args[0]))
+    skipped: list[str] = []
+    problems = validate_job(Path(args[0]), skipped)
+    for line in skipped:
+        print(f"skipped: {line}", file=sys.stderr)
     if as_json:
         print(json.dumps([[p.where, p.message] for p in problems]))
     for problem in [] if as_json else problems:

@@ -16,7 +16,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 EXAMPLE = "examples/calculator.yaml"
-SMALL = ["data.train.size=8", "data.eval.size=4", "algorithm.batch_size=2", "algorithm.group_size=4"]
+# backend.name=verl: the spec's backend.options / overrides apply to veRL only when it is the spec's backend
+SMALL = ["backend.name=verl", "data.train.size=8", "data.eval.size=4", "algorithm.batch_size=2",
+         "algorithm.group_size=4"]
 
 
 def compile_job(out: Path, *sets: str, example: str = EXAMPLE) -> Job:

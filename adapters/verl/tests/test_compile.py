@@ -73,6 +73,19 @@ def test_overrides_land_in_the_config_verbatim(tmp_path: Path) -> None:
     assert config["actor_rollout_ref"]["rollout"]["gpu_memory_utilization"] == 0.8
 
 
+def test_another_backends_options_and_overrides_are_not_applied(tmp_path: Path) -> None:
+    sets = ["backend.name=trl", "backend.options.eval_size=4", "backend.overrides.trainer.nnodes=7"]
+    assert VerlBackend().check(load_spec(EXAMPLE, [*SMALL, *sets])) == []
+    job = compile_job(tmp_path / "job", *sets)
+    assert job.manifest["notes"][0] == ("backend.options and backend.overrides are for backend trl (backend.name): "
+                                        "not applied to the veRL job")
+    config = yaml.safe_load((job.path / "agentbridge_job.yaml").read_text())
+    assert config["trainer"]["nnodes"] == 1
+    # the same options on a veRL spec are checked
+    lines = [str(p) for p in VerlBackend().check(load_spec(EXAMPLE, [*SMALL, "backend.options.eval_size=4"]))]
+    assert lines == [lines[0]] and lines[0].startswith("backend.options.eval_size: unknown veRL option")
+
+
 def test_check_reports_one_line_per_problem() -> None:
     spec = load_spec(EXAMPLE, [*SMALL, "algorithm.name=grpo", "algorithm.group_size=1", "backend.options.turbo=true",
                                "backend.options.rollout_engine=hf"])

@@ -1,4 +1,5 @@
-"""Drive veRL's own ``AgentLoopWorker`` on CPU. The only stand-in is ``HFServerStandIn``, for the vLLM server."""
+"""Drive veRL's own ``AgentLoopWorker`` on CPU. The only stand-ins are for the vLLM server: ``HFServerStandIn``
+(a tiny HF model) and ``ScriptedServer`` (scripted turns, fixed log-probs)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,35 @@ class HFServerStandIn:
         return TokenOutput(token_ids=ids, log_probs=self._logprobs(list(prompt_ids), ids), stop_reason="completed")
 
 
+def fixed_logprob(token: int, position: int) -> float:
+    """A scripted server's log-prob of a token at a position in its turn: fixed, distinct, in (-1, 0)."""
+    return -((token * 7 + position * 13) % 97 + 1) / 100.0
+
+
+class ScriptedServer:
+    """The thinnest stand-in for veRL's ``LLMServerClient``: scripted turns, fixed log-probs, no model.
+
+    Records every request: id, prompt ids, the images veRL would send to vLLM (``image_data``), sampling params.
+    """
+
+    def __init__(self, tokenizer: Any, script: Script) -> None:
+        self.tokenizer, self.script = tokenizer, script
+        self.requests: list[dict[str, Any]] = []
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data: list[Any] | None = None, video_data: Any = None, audio_data: Any = None,
+                       mm_processor_kwargs: Any = None, **kwargs: Any) -> Any:
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.requests.append({"request_id": request_id, "prompt_ids": list(prompt_ids),
+                              "image_data": list(image_data or []), "sampling_params": dict(sampling_params)})
+        text = self.script(request_id, self.tokenizer.decode(prompt_ids))
+        ids = (self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id])
+        ids = ids[: int(sampling_params["max_tokens"])]
+        return TokenOutput(token_ids=ids, log_probs=[fixed_logprob(t, i) for i, t in enumerate(ids)],
+                           stop_reason="completed")
+
+
 def calculator_script(tasks: list[Task]) -> Script:
     """The calculator expert's turns; every second episode of a task answers wrong (so groups have spread)."""
     seen: dict[str, list[str]] = {}
@@ -110,12 +140,12 @@ def compose_worker_config(job_dir: Path) -> Any:
     return cfg
 
 
-def input_batch(cfg: Any, tokenizer: Any, rows: int) -> Any:
+def input_batch(cfg: Any, tokenizer: Any, rows: int, processor: Any = None) -> Any:
     """The first ``rows`` dataset rows, repeated ``rollout.n`` times with a group ``uid`` (as the trainer does)."""
     from verl.protocol import DataProto
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-    dataset = RLHFDataset(cfg.data.train_files, tokenizer, cfg.data, processor=None)
+    dataset = RLHFDataset(cfg.data.train_files, tokenizer, cfg.data, processor=processor)
     batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(rows)]))
     batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(rows)], dtype=object)
     return batch.repeat(repeat_times=cfg.actor_rollout_ref.rollout.n, interleave=True)
@@ -130,6 +160,30 @@ def generate(cfg: Any, server: HFServerStandIn, batch: Any) -> Any:
         return await worker.generate_sequences(batch)
 
     return asyncio.run(go())
+
+
+def capture_outputs(monkeypatch: Any) -> list[Any]:
+    """Every ``AgentLoopOutput`` the worker post-processes from now on (what the agent loop handed veRL)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    outputs: list[Any] = []
+    original = AgentLoopWorker._agent_loop_postprocess
+
+    async def record(self: Any, output: Any, *args: Any, **kwargs: Any) -> Any:
+        outputs.append(output)
+        return await original(self, output, *args, **kwargs)
+
+    monkeypatch.setattr(AgentLoopWorker, "_agent_loop_postprocess", record)
+    return outputs
+
+
+def use_verl_processor(monkeypatch: Any) -> None:
+    """Give veRL's model config the processor ``hf_processor`` builds where torchvision loads (see processor.py)."""
+    import verl.workers.config.model as model_config
+
+    from agentbridge_verl.processor import verl_processor
+
+    monkeypatch.setattr(model_config, "hf_processor", lambda path, **_: verl_processor(str(path))[0])
 
 
 def unpadded_rows(gen: Any) -> list[dict[str, Any]]:

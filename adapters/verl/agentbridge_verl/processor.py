@@ -1,0 +1,81 @@
+"""The multimodal processor veRL's ``AgentLoopWorker`` and trainer use for a vision-language model.
+
+veRL 0.9.1 loads it with ``verl.utils.tokenizer.hf_processor`` (``AutoProcessor`` plus ``get_rope_index`` bound for
+M-RoPE position ids) and computes ``multi_modal_inputs`` (``pixel_values``, ``image_grid_thw``) and the position ids
+of every sample with it. transformers 5 builds Qwen-VL processors with a video processor that needs torchvision; on
+a GPU node vLLM brings torchvision, but PyPI's torchvision does not load beside the CPU build of torch
+("operator torchvision::nms does not exist"). ``verl_processor`` then builds the same processor without its video
+processor (agentbridge sends images only), still through veRL's own ``hf_processor``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from typing import Any
+from unittest import mock
+
+# processor classes veRL 0.9.1's hf_processor binds (any other silently becomes None)
+VERL_PROCESSORS = ("Qwen2VLProcessor", "Qwen2_5_VLProcessor", "Qwen3VLProcessor", "Glm4vProcessor",
+                   "Glm46VProcessor", "MllamaProcessor", "Gemma4Processor")
+NO_TORCHVISION = ("torchvision is not installed in this environment (its PyPI wheel does not load beside the CPU "
+                  "torch build): veRL's processor was built without its video processor; images are unaffected")
+
+
+def processor_class(model: str) -> str | None:
+    """The processor class ``AutoProcessor`` picks for the model directory ``model`` (None if it has none)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    return PROCESSOR_MAPPING_NAMES.get(AutoConfig.from_pretrained(model).model_type)
+
+
+def image_only_processor(model: str) -> Any:
+    """The model's processor as ``AutoProcessor`` loads it, but with no video processor (needs no torchvision).
+
+    The class keeps its name (veRL dispatches on it), tokenizer and chat template come from the model directory,
+    the image processor is the PIL implementation transformers falls back to without torchvision.
+    """
+    import transformers
+    from transformers import AutoTokenizer
+
+    from agentbridge.models import load_image_processor
+
+    name = processor_class(model)
+    base = getattr(transformers, name or "", None)
+    if base is None:
+        raise ValueError(f"{model}: transformers has no processor for this model type")
+
+    def check(self: Any, argument_name: str, argument: Any) -> Any:
+        if argument_name == "video_processor" and argument is None:
+            return type(None)
+        return base.check_argument_for_proper_class(self, argument_name, argument)
+
+    cls = type(base.__name__, (base,), {"check_argument_for_proper_class": check, "__module__": __name__})
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    return cls(image_processor=load_image_processor(model), tokenizer=tokenizer, video_processor=None,
+               chat_template=tokenizer.chat_template)
+
+
+def verl_processor(model: str) -> tuple[Any, str | None]:
+    """veRL's processor for ``model`` (``hf_processor``), and a note when it had to be built without torchvision.
+
+    Returns ``(None, None)`` for a text-only model and for a processor veRL does not bind.
+    """
+    from verl.utils.tokenizer import hf_processor
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        processor = hf_processor(model)
+        if processor is not None or importlib.util.find_spec("torchvision") is not None:
+            return processor, None
+        if processor_class(model) not in VERL_PROCESSORS:
+            return None, None
+        import transformers
+
+        def load(name_or_path: str, **_: Any) -> Any:
+            return image_only_processor(str(name_or_path))
+
+        with mock.patch.object(transformers.AutoProcessor, "from_pretrained", load):
+            processor = hf_processor(model)
+    return processor, NO_TORCHVISION if processor is not None else None
