@@ -22,7 +22,8 @@ from agentbridge.backends import (
 from agentbridge.runs import manifest, package_version, write_jsonl
 from agentbridge.spec import Spec, dump_spec, spec_hash
 from agentbridge_trl import __version__
-from agentbridge_trl.config import ALGORITHMS, OPTIONS, WHY_NOT, grpo_config_kwargs, world_size
+from agentbridge_trl.config import ALGORITHMS, OPTIONS, WHY_NOT, applies, grpo_config_kwargs, world_size
+from agentbridge_trl.config import options as trl_options
 
 TRL_PIN = "1.16.0"
 
@@ -59,14 +60,15 @@ class TrlBackend:
         if bad_algo is not None:
             bad_algo.message += f" ({WHY_NOT.get(spec.algorithm.name, 'not mapped')})"
             problems.append(bad_algo)
-        for key in spec.backend.options:
+        own = spec.backend.options if applies(spec) else {}
+        for key in own:
             if key not in OPTIONS:
                 problems.append(Problem(f"backend.options.{key}",
                                         f"unknown TRL option; known: {', '.join(sorted(OPTIONS))}"))
-        mode = spec.backend.options.get("vllm_mode", "colocate")
+        mode = own.get("vllm_mode", "colocate")
         if mode not in ("colocate", "server"):
             problems.append(Problem("backend.options.vllm_mode", f"must be colocate or server, got {mode!r}"))
-        if spec.backend.options.get("use_vllm") and spec.resources.gpus_per_node == 0:
+        if own.get("use_vllm") and spec.resources.gpus_per_node == 0:
             problems.append(Problem("backend.options.use_vllm", "vLLM needs GPUs; set resources.gpus_per_node"))
         if spec.algorithm.group_size < 2:
             problems.append(Problem("algorithm.group_size", "GRPO-family advantages need at least 2 samples per "
@@ -99,7 +101,8 @@ class TrlBackend:
         job = Job(backend=self.name, path=out, manifest=manifest(
             kind="job", backend=self.name, spec_hash=spec_hash(spec), seed=spec.seed,
             versions={"agentbridge-trl": __version__, "trl": package_version("trl"), "trl_pin": TRL_PIN},
-            files=sorted(p.name for p in out.iterdir()), tasks={"train": len(train), "eval": len(evals)}))
+            files=sorted(p.name for p in out.iterdir()), tasks={"train": len(train), "eval": len(evals)},
+            notes=compile_notes(spec)))
         job.write_manifest()
         return job
 
@@ -122,6 +125,15 @@ class TrlBackend:
         return run_dir
 
 
+def compile_notes(spec: Spec) -> list[str]:
+    """What the job does differently from the spec (kept in the manifest)."""
+    foreign = [k for k in ("options", "overrides") if getattr(spec.backend, k)]
+    if foreign and not applies(spec):
+        return [f"backend.{' and backend.'.join(foreign)} are for backend {spec.backend.name} (backend.name): "
+                "not applied to the TRL job"]
+    return []
+
+
 def _script(path: Path, lines: list[str]) -> None:
     head = ["#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"']
     path.write_text("\n".join(head + lines) + "\n")
@@ -131,7 +143,7 @@ def _script(path: Path, lines: list[str]) -> None:
 def _submit_lines(spec: Spec, entry: str) -> list[str]:
     """``accelerate launch`` over ``resources``; vLLM in colocate mode, or a server started on the last GPU."""
     nodes, gpus = spec.resources.nodes, max(1, spec.resources.gpus_per_node)
-    options = {**OPTIONS, **spec.backend.options}
+    options = trl_options(spec)
     lines = [
         "# Multi-GPU / multi-node: run on every node with MACHINE_RANK and MAIN_PROCESS_IP set.",
         f"NUM_MACHINES=${{NUM_MACHINES:-{nodes}}}",

@@ -27,6 +27,16 @@ OPTIONS: dict[str, Any] = {"use_vllm": False, "vllm_mode": "colocate", "vllm_ser
                            "gradient_checkpointing": False, "log_completions": False, "eval_size": None}
 
 
+def applies(spec: Spec) -> bool:
+    """Whether ``backend.options`` / ``backend.overrides`` are TRL's: they belong to the spec's ``backend.name``."""
+    return spec.backend.name == "trl"
+
+
+def options(spec: Spec) -> dict[str, Any]:
+    """TRL's options: the defaults, then ``backend.options`` when the spec's backend is TRL."""
+    return {**OPTIONS, **(spec.backend.options if applies(spec) else {})}
+
+
 def reward_key(component: str) -> str:
     """The rollout extra key (and reward function name) carrying one driver reward component."""
     return "ab_" + re.sub(r"\W", "_", component)
@@ -44,7 +54,7 @@ def world_size(spec: Spec) -> int:
 def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
     """``GRPOConfig(**kwargs)`` for this spec; ``backend.overrides`` are applied last, verbatim."""
     algo = spec.algorithm
-    options = {**OPTIONS, **spec.backend.options}
+    opts = options(spec)
     on_cpu = spec.resources.gpus_per_node == 0
     completions_per_step = algo.batch_size * algo.group_size
     kwargs: dict[str, Any] = {
@@ -67,22 +77,23 @@ def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
         "data_seed": spec.seed,
         "use_cpu": on_cpu,
         "bf16": not on_cpu,
-        "activation_checkpointing": bool(options["gradient_checkpointing"]),
+        "activation_checkpointing": bool(opts["gradient_checkpointing"]),
         "logging_steps": 1,
         "save_strategy": "no",
         "report_to": "none",
         "disable_tqdm": True,
-        "log_completions": bool(options["log_completions"]),
-        "use_vllm": bool(options["use_vllm"]),
+        "log_completions": bool(opts["log_completions"]),
+        "use_vllm": bool(opts["use_vllm"]),
         **ALGORITHMS.get(algo.name, {}),
     }
-    if options["use_vllm"]:
-        kwargs["vllm_mode"] = options["vllm_mode"]
-        if options["vllm_mode"] == "colocate":
-            kwargs["vllm_gpu_memory_utilization"] = options["vllm_gpu_memory_utilization"]
-            kwargs["vllm_tensor_parallel_size"] = options["vllm_tensor_parallel_size"]
-        elif options["vllm_server_base_url"]:
-            kwargs["vllm_server_base_url"] = options["vllm_server_base_url"]
+    if opts["use_vllm"]:
+        kwargs["vllm_mode"] = opts["vllm_mode"]
+        if opts["vllm_mode"] == "colocate":
+            kwargs["vllm_gpu_memory_utilization"] = opts["vllm_gpu_memory_utilization"]
+            kwargs["vllm_tensor_parallel_size"] = opts["vllm_tensor_parallel_size"]
+        elif opts["vllm_server_base_url"]:
+            kwargs["vllm_server_base_url"] = opts["vllm_server_base_url"]
         kwargs["vllm_max_model_length"] = spec.agent.max_prompt_tokens + spec.agent.max_response_tokens
-    kwargs.update(spec.backend.overrides)
+    if applies(spec):
+        kwargs.update(spec.backend.overrides)
     return kwargs

@@ -31,6 +31,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     from agentbridge.rollout.agent import Agent, read_tasks_jsonl
     from agentbridge.runs import manifest, package_version, text_hash
     from agentbridge.spec import load_spec, spec_hash
+    from agentbridge_trl.config import options as trl_options
     from agentbridge_trl.evaluate import evaluate
     from agentbridge_trl.report import write_report
     from agentbridge_trl.trainer import RunLogger, build_trainer, load_model
@@ -61,7 +62,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     (run_dir / "manifest.json").write_text(json.dumps(info, indent=2) + "\n")
     train_tasks = read_tasks_jsonl(job_dir / "data" / "train.jsonl")
     eval_tasks = read_tasks_jsonl(job_dir / "data" / "eval.jsonl")
-    eval_size = spec.backend.options.get("eval_size")
+    eval_size = trl_options(spec)["eval_size"]
     eval_tasks = eval_tasks[:eval_size] if eval_size else eval_tasks
     evals: dict[str, Any] = {}
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -100,3 +100,19 @@ def test_unknown_backend_is_one_line(tmp_path: Path) -> Any:
     res = cli("compile", "examples/calculator.yaml", "--backend", "nemo")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "unknown backend 'nemo'" in res.stderr
+
+
+def test_another_backends_options_are_noted_not_applied(tmp_path: Path, small_sets: list[str]) -> None:
+    """One spec compiles for every backend: options meant for veRL are left out of the TRL job, with a note."""
+    foreign = load_spec("examples/calculator.yaml", [*small_sets, "backend.name=verl",
+                                                     "backend.options={rollout_n_gpus: 2}",
+                                                     "backend.overrides={trainer.total_epochs: 3}"])
+    backend = TrlBackend()
+    assert backend.check(foreign) == []
+    job = backend.compile(foreign, tmp_path / "job")
+    assert job.manifest["notes"] == ["backend.options and backend.overrides are for backend verl (backend.name): "
+                                     "not applied to the TRL job"]
+    config = json.loads((job.path / "grpo_config.json").read_text())
+    assert "trainer.total_epochs" not in config
+    own = load_spec("examples/calculator.yaml", [*small_sets, "backend.options={rollout_n_gpus: 2}"])
+    assert [p.where for p in backend.check(own)] == ["backend.options.rollout_n_gpus"]
