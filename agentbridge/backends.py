@@ -44,9 +44,16 @@ class Problem:
 
 @dataclass
 class Report:
+    """A validation's verdict: problems fail the job; ``warnings`` (and ``details["skipped"]``) are shown only."""
+
     ok: bool
     problems: list[Problem] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        """Warnings, then the checks this environment could not run."""
+        return [*self.warnings, *(f"skipped: {s}" for s in self.details.get("skipped", []))]
 
 
 @dataclass

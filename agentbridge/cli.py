@@ -200,7 +200,10 @@ def _compile(spec_path: str, spec: Spec, backend_name: str, out: str | None) -> 
     if problems:
         _fail("\n".join(problems))
     job_dir = Path(out) if out else Path("jobs") / f"{spec.name}-{backend_name}-{spec_hash(spec)[:8]}"
-    return backend, backend.compile(spec, job_dir)
+    job = backend.compile(spec, job_dir)
+    for note in job.manifest.get("notes", []):
+        click.echo(f"note: {note}", err=True)
+    return backend, job
 
 
 @main.command("compile")
@@ -252,6 +255,8 @@ def check(job_dir: str, runner_kind: str, ray_address: str | None) -> None:
     if runner_kind == "env":
         _forward("env", job.backend, ["check", str(Path(job_dir).absolute())])
     report = _backend(job.backend).validate(job)
+    for note in report.notes():
+        click.echo(f"warning: {job_dir}: {note}", err=True)
     if not report.ok:
         _fail("\n".join(f"{job_dir}: {p}" for p in report.problems))
     click.echo(f"ok: {job_dir} passes {job.backend}'s validators")

@@ -89,3 +89,15 @@ def test_rollout_hf_policy_runs_untrained_model(tmp_path: Path) -> None:
         assert r["finish_reason"] in ("done", "length", "max_turns")
         gen = [lp for lp, m in zip(r["logprobs"], r["response_mask"], strict=True) if m == 1]
         assert gen and all(lp <= 0.0 for lp in gen) and any(lp < 0.0 for lp in gen)
+
+
+def test_compile_prints_what_the_job_does_differently(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from agentbridge.cli import main
+
+    result = CliRunner().invoke(main, ["compile", "examples/calculator.yaml", "--backend", "verl", "-o",
+                                       str(tmp_path / "job")])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
+    assert any("algorithm.warm_start is not run by the veRL job" in n for n in notes), result.output
