@@ -193,6 +193,7 @@ def _backend(name: str) -> Any:
 
 def _compile(spec_path: str, spec: Spec, backend_name: str, out: str | None) -> Any:
     from agentbridge.rollout.agent import check_ids
+    from agentbridge.runs import complete_job_manifest
     from agentbridge.spec import spec_hash
 
     backend = _backend(backend_name)
@@ -201,6 +202,7 @@ def _compile(spec_path: str, spec: Spec, backend_name: str, out: str | None) -> 
         _fail("\n".join(problems))
     job_dir = Path(out) if out else Path("jobs") / f"{spec.name}-{backend_name}-{spec_hash(spec)[:8]}"
     job = backend.compile(spec, job_dir)
+    complete_job_manifest(job, spec)
     for note in job.manifest.get("notes", []):
         click.echo(f"note: {note}", err=True)
     return backend, job

@@ -83,6 +83,29 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def spec_chat_template_hash(spec: Any) -> str | None:
+    """The hash of the chat template a spec renders with (its override, else its tokenizer's); None when the
+    tokenizer cannot be loaded here (e.g. a hub model that is not downloaded)."""
+    try:
+        if spec.model.chat_template:
+            from agentbridge.rollout.agent import load_chat_template
+
+            return text_hash(load_chat_template(spec.model.chat_template))
+        from agentbridge.models import load_tokenizer
+
+        template = load_tokenizer(spec.model.path).chat_template
+    except Exception:  # noqa: BLE001 - a manifest field, never a failure
+        return None
+    return text_hash(template) if isinstance(template, str) else None
+
+
+def complete_job_manifest(job: Any, spec: Any) -> None:
+    """Fill what every job manifest records whatever the backend: the chat-template hash."""
+    if job.manifest.get("chat_template_hash") is None:
+        job.manifest["chat_template_hash"] = spec_chat_template_hash(spec)
+        job.write_manifest()
+
+
 def manifest(*, kind: str, spec_hash: str, seed: int, command: list[str] | None = None,
              chat_template_hash: str | None = None, backend: str | None = None,
              versions: dict[str, str | None] | None = None, **extra: Any) -> dict[str, Any]:

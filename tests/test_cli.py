@@ -101,3 +101,23 @@ def test_compile_prints_what_the_job_does_differently(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
     assert any("algorithm.warm_start is not run by the veRL job" in n for n in notes), result.output
+
+
+def test_every_backends_job_manifest_records_what_makes_runs_comparable(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from agentbridge.cli import main
+
+    manifests = {}
+    for backend in ("trl", "verl", "openrlhf"):
+        result = CliRunner().invoke(main, ["compile", "examples/calculator.yaml", "--backend", backend, "-o",
+                                           str(tmp_path / backend)])
+        assert result.exit_code == 0, result.output
+        manifests[backend] = json.loads((tmp_path / backend / "manifest.json").read_text())
+    for backend, m in manifests.items():
+        assert m["backend"] == backend and m["seed"] == 0 and m["command"]
+        assert m["versions"]["agentbridge"] and m["versions"][f"agentbridge-{backend}"]
+        assert f"{backend}_pin" in m["versions"]
+    assert len({m["spec_hash"] for m in manifests.values()}) == 1
+    hashes = {m["chat_template_hash"] for m in manifests.values()}
+    assert len(hashes) == 1 and None not in hashes

@@ -35,6 +35,7 @@ class Outcome:
 def _one(spec: Spec, name: str, out: Path, *, conformance: bool, train: bool, say: Callable[[str], None]) -> Outcome:
     from agentbridge.plugins import get_plugins
     from agentbridge.rollout.agent import check_ids
+    from agentbridge.runs import complete_job_manifest
 
     result = Outcome(name)
     registry = get_plugins().backends
@@ -50,6 +51,7 @@ def _one(spec: Spec, name: str, out: Path, *, conformance: bool, train: bool, sa
         return result
     say(f"[{name}] compile")
     job = backend.compile(spec, out / "jobs" / name)
+    complete_job_manifest(job, spec)
     result.compile = f"ok: {job.path}"
     say(f"[{name}] validate")
     report = backend.validate(job)
