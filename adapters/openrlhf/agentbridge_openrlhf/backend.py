@@ -169,7 +169,8 @@ class OpenRLHFBackend:
         sizes = {"train_size": len(train), "eval_size": len(evals), "multimodal": multimodal,
                  "first_images": max((len(r.get("images") or []) for r in train + evals), default=0)}
         local = to_argv(flag_values(spec, model="@MODEL@", job="@JOB@", out="@OUT@", **sizes))
-        notes = [n for n in (foreign_note(spec),) if n]
+        warm = NOTES[-1] if spec.algorithm.warm_start else None  # "algorithm.warm_start is not run ..."
+        notes = [n for n in (foreign_note(spec), warm) if n]  # `agentbridge compile` prints them
         _script(out / "launch.sh", [f"# NOTE: {n}" for n in notes] + _launch_lines(spec, local))
         _script(out / "submit.sh", [f"# NOTE: {n}" for n in notes] + _submit_lines(spec, local))
         command = ["python", "-m", "openrlhf.cli.train_ppo_ray", *local]
@@ -179,7 +180,7 @@ class OpenRLHFBackend:
                       "openrlhf_pin": OPENRLHF_PIN},
             files=sorted(p.name for p in out.iterdir()) + ["manifest.json"],
             tasks={"train": len(train), "eval": len(evals)}, multimodal=multimodal,
-            not_run=["algorithm.warm_start: " + NOTES[-1]] if spec.algorithm.warm_start else [], notes=notes))
+            not_run=[warm] if warm else [], notes=notes))
         job.write_manifest()
         return job
 

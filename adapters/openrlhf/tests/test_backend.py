@@ -124,8 +124,9 @@ def test_another_backends_options_are_left_out_with_a_note(tmp_path: Path) -> No
     argv = job_argv(job.path, model="/m")
     assert "--no_such_flag" not in argv and "--algo.advantage.is_correction_level" not in argv
     note = "backend.options and backend.overrides are for backend trl (backend.name): not applied to the OpenRLHF job"
-    assert job.manifest["notes"] == [note] and f"# NOTE: {note}" in (job.path / "launch.sh").read_text()
+    assert job.manifest["notes"][0] == note and f"# NOTE: {note}" in (job.path / "launch.sh").read_text()
     ours = OpenRLHFBackend().compile(load_spec(CALC, [OURS, foreign[0]]), tmp_path / "ours")
     assert OpenRLHFBackend().check(load_spec(CALC, [OURS, foreign[0]]))[0].where == "backend.options.eval_size"
     argv = job_argv(ours.path, model="/m")
-    assert argv[argv.index("--algo.advantage.is_correction_level") + 1] == "token" and ours.manifest["notes"] == []
+    assert argv[argv.index("--algo.advantage.is_correction_level") + 1] == "token"
+    assert [n.split(" ", 1)[0] for n in ours.manifest["notes"]] == ["algorithm.warm_start"]  # calculator warm-starts

@@ -46,10 +46,12 @@ def test_compiles_and_passes_openrlhfs_validator(example: dict[str, Any]) -> Non
     assert example["args"].reward.remote_url == ["agent"]  # OpenRLHF's agent mode
 
 
-def test_the_trl_options_are_left_out_with_a_note(example: dict[str, Any]) -> None:
+def test_what_the_job_leaves_out_is_noted(example: dict[str, Any]) -> None:
     assert example["spec"].backend.name == "trl" and example["spec"].backend.options
-    assert example["job"].manifest["notes"] == [
-        "backend.options are for backend trl (backend.name): not applied to the OpenRLHF job"]
+    notes = example["job"].manifest["notes"]
+    assert notes[0] == "backend.options are for backend trl (backend.name): not applied to the OpenRLHF job"
+    warm = [n for n in notes[1:] if n.startswith("algorithm.warm_start is not run")]  # search.yaml warm-starts
+    assert len(warm) == int(example["spec"].algorithm.warm_start is not None) == len(notes) - 1
 
 
 def test_image_flags_follow_the_model(example: dict[str, Any]) -> None:
