@@ -24,9 +24,12 @@ def rewards_plugin(name: str, reward_id: str) -> types.ModuleType:
 
 def test_builtins_are_a_default_plugin() -> None:
     pm = Plugins(entry_points=False)
-    (info,) = pm.info()
+    info, golden = pm.info()
     assert info.name == "agentbridge.builtins" and info.distribution == "agentbridge"
     assert info.registered == {"rewards": ["core/exact_answer", "core/format"], "tool_parsers": ["hermes"]}
+    assert golden.name == "agentbridge.conformance" and golden.distribution == "agentbridge"  # the golden episodes
+    assert golden.registered == {"datasets": ["conformance/golden"], "environments": ["conformance/golden"],
+                                 "tools": ["golden_add", "golden_look"]}
 
 
 def test_entry_points_are_discovered() -> None:
