@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
 
@@ -34,14 +38,51 @@ class Task:
     images: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (images are not serialized)."""
+        """JSON-friendly form. Images travel as PNG data URIs in ``data["images"]`` (unless that is already set)."""
         d = asdict(self)
         d.pop("images")
+        if self.images and not d["data"].get("images"):
+            d["data"]["images"] = [image_to_data_uri(im) for im in self.images]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Task:
         return cls(id=str(d["id"]), prompt=str(d["prompt"]), data=dict(d.get("data") or {}))
+
+
+def image_to_data_uri(image: Any) -> str:
+    """A PIL image as a ``data:image/png;base64,...`` string."""
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def load_image(ref: Any) -> Any:
+    """An image from a reference: a PIL image, a data URI, raw base64 PNG/JPEG, or a local file path."""
+    from PIL import Image
+
+    if hasattr(ref, "convert"):
+        return ref
+    text = str(ref)
+    if text.startswith("data:"):
+        text = text.split(",", 1)[1]
+    elif Path(text).is_file():
+        with Image.open(text) as im:
+            return im.convert("RGB")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"task image {str(ref)[:40]!r}: not a data URI, base64 image or existing file") from None
+    with Image.open(io.BytesIO(raw)) as im:
+        return im.convert("RGB")
+
+
+def task_images(task: Task) -> list[Any]:
+    """The task's first images: ``task.images``, else those referenced by ``task.data["images"]``."""
+    if task.images:
+        return task.images
+    refs = task.data.get("images") or []
+    return [load_image(r) for r in (refs if isinstance(refs, list) else [refs])]
 
 
 @dataclass

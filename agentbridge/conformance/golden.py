@@ -98,7 +98,8 @@ class GoldenEnv(ToolEnvironment):
     """
 
     async def reset(self, task: Task) -> list[Message]:
-        task.images = [square("red", (56, 56))] if task.data.get("image") else []
+        if task.data.get("image"):
+            task.images = [square("red", (56, 56))]
         return await super().reset(task)
 
     async def final_reward(self, action: Message) -> float:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from agentbridge.env import Environment, Message, Task, images_of
+from agentbridge.env import Environment, Message, Task, images_of, task_images
 from agentbridge.rewards import PROCESS, RewardSet
 from agentbridge.rollout.parsers import HermesParser, ToolCallParser
 from agentbridge.rollout.policy import Policy
@@ -33,6 +33,8 @@ async def run_episode(policy: Policy, env: Environment, task: Task, renderer: Re
     process_reward = 0.0
     try:
         t0 = time.perf_counter()
+        if not task.images and task.data.get("images"):  # a dataset's first images travel as references
+            task.images = task_images(task)
         initial = await env.reset(task)
         metrics["time/env_s"] += time.perf_counter() - t0
         messages: list[Message] = ([{"role": "system", "content": system_prompt}] if system_prompt else [])
