@@ -34,6 +34,7 @@ from agentbridge_verl.config import (
     REWARD_FILE,
     ROLLOUT_ENGINES,
     agent_loop_entries,
+    agent_workers,
     applies,
     job_config,
     n_gpus_per_node,
@@ -49,6 +50,17 @@ class VerlBackend:
     """Compiles a spec into a veRL 0.9.1 PPO-trainer job whose agent loop runs agentbridge's driver."""
 
     name = "verl"
+    module = "verl"  # what must import for this backend to run here
+
+    def conformance(self, kind: str, workdir: Path) -> list[Any]:
+        """The golden episodes of ``kind`` through veRL's own rollout step (``agentbridge.conformance``).
+
+        Compiles the golden spec with ``backend.name=verl``: veRL applies ``backend.options`` and
+        ``backend.overrides`` only when it is the spec's backend, and the golden spec names trl.
+        """
+        from agentbridge_verl.conformance import golden_records
+
+        return golden_records(kind, workdir)
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -141,6 +153,11 @@ def compile_notes(spec: Spec) -> list[str]:
     if foreign and not applies(spec):
         notes.append(f"backend.{' and backend.'.join(foreign)} are for backend {spec.backend.name} (backend.name): "
                      "not applied to the veRL job")
+    workers, wanted = agent_workers(spec), int(options(spec)["agent_workers"])
+    if workers != wanted:
+        episodes = spec.algorithm.batch_size * spec.algorithm.group_size
+        notes.append(f"backend.options.agent_workers: {workers} agent-loop workers, not {wanted}: veRL splits a "
+                     f"step's {episodes} episodes into equal chunks, one per worker")
     if spec.algorithm.warm_start is not None:
         notes.append("algorithm.warm_start is not run by the veRL job: run the warm start first (e.g. with the TRL "
                      "backend) and set model.path to its output")

@@ -43,6 +43,17 @@ def options(spec: Spec) -> dict[str, Any]:
     return {**OPTIONS, **(spec.backend.options if applies(spec) else {})}
 
 
+def agent_workers(spec: Spec) -> int:
+    """veRL's agent-loop workers: ``agent_workers``, lowered to the largest count that divides a step's episodes.
+
+    veRL's ``AgentLoopManager`` splits each step's ``batch_size x group_size`` episodes into one equal chunk per
+    worker (``DataProto.chunk`` asserts "only support equal chunk" otherwise).
+    """
+    episodes = spec.algorithm.batch_size * spec.algorithm.group_size
+    wanted = max(1, int(options(spec)["agent_workers"]))
+    return max(n for n in range(1, min(wanted, episodes) + 1) if episodes % n == 0)
+
+
 def n_gpus_per_node(spec: Spec) -> int:
     """veRL's trainer always places workers on GPUs: a CPU spec (0 GPUs) compiles for one GPU per node."""
     return max(1, spec.resources.gpus_per_node)
@@ -104,7 +115,7 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
         "actor_rollout_ref.rollout.multi_turn.enable": True,
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": agent.max_turns,
         "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
-        "actor_rollout_ref.rollout.agent.num_workers": int(opts["agent_workers"]),
+        "actor_rollout_ref.rollout.agent.num_workers": agent_workers(spec),
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
         "reward.custom_reward_function.name": "compute_score",
         "reward.reward_manager.name": "naive",

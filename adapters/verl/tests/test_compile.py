@@ -86,6 +86,16 @@ def test_another_backends_options_and_overrides_are_not_applied(tmp_path: Path) 
     assert lines == [lines[0]] and lines[0].startswith("backend.options.eval_size: unknown veRL option")
 
 
+def test_agent_workers_divide_a_steps_episodes(tmp_path: Path) -> None:
+    """veRL's AgentLoopManager gives each worker an equal chunk of a step's episodes (else it asserts)."""
+    job = compile_job(tmp_path / "job", "algorithm.batch_size=3", "algorithm.group_size=2")
+    config = yaml.safe_load((job.path / "agentbridge_job.yaml").read_text())
+    assert config["actor_rollout_ref"]["rollout"]["agent"]["num_workers"] == 6
+    assert job.manifest["notes"][0] == ("backend.options.agent_workers: 6 agent-loop workers, not 8: veRL splits a "
+                                        "step's 6 episodes into equal chunks, one per worker")
+    assert [n for n in compile_job(tmp_path / "small").manifest["notes"] if "agent_workers" in n] == []
+
+
 def test_check_reports_one_line_per_problem() -> None:
     spec = load_spec(EXAMPLE, [*SMALL, "algorithm.name=grpo", "algorithm.group_size=1", "backend.options.turbo=true",
                                "backend.options.rollout_engine=hf"])

@@ -1,24 +1,27 @@
 """Drive veRL's own ``AgentLoopWorker`` on CPU. The only stand-ins are for the vLLM server: ``HFServerStandIn``
-(a tiny HF model) and ``ScriptedServer`` (scripted turns, fixed log-probs)."""
+(a tiny HF model) and ``ScriptedServer`` (scripted turns, fixed log-probs). The config, batch and worker helpers are
+the package's (``agentbridge_verl.inprocess``), shared with the conformance suite."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from agentbridge.env import Task
 from agentbridge.hooks import hookimpl
 from agentbridge.plugins import get_plugins
 from agentbridge.rollout.trajectory import Trajectory
-from agentbridge.spec import load_spec
+from agentbridge_verl.inprocess import (  # noqa: F401 - re-exported for the tests
+    compose_worker_config,
+    generate,
+    input_batch,
+    unpadded_rows,
+)
 
 Script = Callable[[str, str], str]  # (request_id, conversation text so far) -> next assistant text
 
@@ -127,41 +130,6 @@ def record_trajectories() -> TrajectoryRecorder:
     return recorder
 
 
-def compose_worker_config(job_dir: Path) -> Any:
-    """The job's composed and resolved trainer config, as ``main_ppo`` would build it."""
-    from omegaconf import OmegaConf
-
-    from agentbridge.models import resolve_model_path
-    from agentbridge_verl.validate import compose_job
-
-    spec = load_spec(job_dir / "spec.yaml")
-    cfg = compose_job(job_dir, spec, str(resolve_model_path(spec.model.path)))
-    OmegaConf.resolve(cfg)
-    return cfg
-
-
-def input_batch(cfg: Any, tokenizer: Any, rows: int, processor: Any = None) -> Any:
-    """The first ``rows`` dataset rows, repeated ``rollout.n`` times with a group ``uid`` (as the trainer does)."""
-    from verl.protocol import DataProto
-    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
-
-    dataset = RLHFDataset(cfg.data.train_files, tokenizer, cfg.data, processor=processor)
-    batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(rows)]))
-    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(rows)], dtype=object)
-    return batch.repeat(repeat_times=cfg.actor_rollout_ref.rollout.n, interleave=True)
-
-
-def generate(cfg: Any, server: HFServerStandIn, batch: Any) -> Any:
-    """veRL's ``AgentLoopWorker.generate_sequences`` on ``batch`` with ``server`` as its LLM client."""
-    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
-
-    async def go() -> Any:
-        worker = AgentLoopWorker(cfg, llm_client=server)
-        return await worker.generate_sequences(batch)
-
-    return asyncio.run(go())
-
-
 def capture_outputs(monkeypatch: Any) -> list[Any]:
     """Every ``AgentLoopOutput`` the worker post-processes from now on (what the agent loop handed veRL)."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -184,24 +152,3 @@ def use_verl_processor(monkeypatch: Any) -> None:
     from agentbridge_verl.processor import verl_processor
 
     monkeypatch.setattr(model_config, "hf_processor", lambda path, **_: verl_processor(str(path))[0])
-
-
-def unpadded_rows(gen: Any) -> list[dict[str, Any]]:
-    """Each batch row without veRL's padding: prompt/response ids, mask, log-probs, reward."""
-    b = gen.batch
-    prompt_len = b["prompts"].shape[1]
-    rows = []
-    for i in range(len(gen)):
-        attn = b["attention_mask"][i].bool()
-        p_keep, r_keep = attn[:prompt_len], attn[prompt_len:]
-        n_resp = int(r_keep.sum())
-        rows.append({
-            "prompt_ids": b["prompts"][i][p_keep].tolist(),
-            "response_ids": b["responses"][i][r_keep].tolist(),
-            "response_mask": b["response_mask"][i][:n_resp].tolist(),
-            "logprobs": b["rollout_log_probs"][i][:n_resp].tolist(),
-            "reward": float(b["rm_scores"][i].sum()),
-            "reward_at": int(b["rm_scores"][i].nonzero()[0, 0]) if b["rm_scores"][i].any() else n_resp - 1,
-            "n_resp": n_resp,
-        })
-    return rows
