@@ -9,7 +9,8 @@ collate function over the job's parquet, ``RayPPOTrainer.fit``'s generation step
 
 Every field is read back from the training batch, without veRL's padding: prompt ids (``prompts`` where
 ``attention_mask`` is 1), response ids, ``response_mask``, ``rollout_log_probs``, the reward (``token_level_scores``,
-i.e. ``rm_scores``, summed) and the case (the task the row's ``extra_info`` carries).
+i.e. ``rm_scores``, summed; the run fails unless it sits on the last response token, which a summed reward cannot
+show) and the case (the task the row's ``extra_info`` carries).
 
 Images: veRL keeps no raw images in its batch, only what its processor made of them (``multi_modal_inputs``:
 ``pixel_values``, ``image_grid_thw``). The digests are therefore those of the images the agent loop handed veRL's
@@ -19,6 +20,9 @@ and its sequence must hold one image token per visual token of them; otherwise t
 ``ConformanceError`` naming the row. Reconstructing images from ``pixel_values`` instead would depend on one processor
 family's patch layout and resizing, and a resized image could never match the driver's digest; the check says the
 same thing (the batch carries exactly those pixels) for any processor veRL binds.
+
+The step is ``RayPPOTrainer``'s (``main_ppo`` with ``trainer.use_v1=false``); veRL 0.9.1's default V1 trainer hands
+the same agent-loop outputs to TransferQueue through ``AgentLoopWorkerTQ`` instead, which this run does not cover.
 """
 
 from __future__ import annotations
@@ -113,6 +117,14 @@ def row_images(row: int, case: str, handed: dict[str, Any] | None, mm_inputs: di
     return [image_digest(im) for im in images]
 
 
+def reward_position(row: int, case: str, scores: Any, n_response: int) -> None:
+    """The episode's reward must sit on its last response token (where veRL's GAE and returns read an outcome)."""
+    at = [int(k) for k in scores.nonzero().flatten().tolist()]
+    if at and at != [n_response - 1]:
+        raise ConformanceError(f"veRL batch row {row} (case {case}): the reward sits on response token(s) "
+                               f"{', '.join(map(str, at))}, not on the last one ({n_response - 1})")
+
+
 def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     """Run the golden ``kind`` episodes through veRL's rollout step and read each one back from veRL's batch.
 
@@ -152,6 +164,7 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
         attn = b["attention_mask"][i].bool()
         n = int(attn[prompt_len:].sum())
         case = case_of(extra["extra_info"][i])
+        reward_position(i, case, b["token_level_scores"][i], n)
         records.append(EpisodeRecord(
             case=case,
             prompt_ids=b["prompts"][i][attn[:prompt_len]].tolist(),

@@ -12,7 +12,7 @@ import agentbridge_verl.agent_loop as verl_loop
 from agentbridge.conformance import run_suite
 from agentbridge.conformance.pytest_plugin import conformance_tests
 from agentbridge.conformance.suite import ConformanceError
-from agentbridge_verl.conformance import golden_records
+from agentbridge_verl.conformance import golden_records, reward_position
 
 test_verl_conforms = conformance_tests("verl")
 
@@ -52,3 +52,16 @@ def test_pixels_that_are_not_the_handed_images_fail_the_run(monkeypatch: pytest.
     monkeypatch.setattr(AgentLoopWorker, "_compute_multi_modal_inputs", inverted)
     with pytest.raises(ConformanceError, match=r"veRL batch row 0 \(case image\): the batch's pixel_values"):
         golden_records("vlm", tmp_path)
+
+
+def test_a_reward_off_the_last_response_token_fails_the_run() -> None:
+    """A summed reward cannot show where it sits; the veRL side checks that it is on the last response token."""
+    import torch
+
+    scores = torch.zeros(8)
+    reward_position(0, "tools", scores, 5)  # no reward: nothing to place
+    scores[4] = 1.25
+    reward_position(0, "tools", scores, 5)
+    with pytest.raises(ConformanceError, match=r"row 3 \(case tools\): the reward sits on response token\(s\) 3, "
+                       r"not on the last one \(4\)"):
+        reward_position(3, "tools", scores.roll(-1), 5)
