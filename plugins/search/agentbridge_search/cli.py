@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1, help="replicas sharing the port")
+    serve.add_argument("--threads", type=int, default=None,
+                       help="threads per replica for dense query search (default $AGENTBRIDGE_SEARCH_THREADS or 1)")
     args = parser.parse_args(argv)
     try:
         world_args = json.loads(args.world)
@@ -50,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
 
             if args.workers < 1:
                 raise ValueError("--workers must be at least 1")
+            if args.threads is not None:
+                if args.threads < 1:
+                    raise ValueError("--threads must be at least 1")
+                os.environ["AGENTBRIDGE_SEARCH_THREADS"] = str(args.threads)
             os.environ.update({"AGENTBRIDGE_SEARCH_RETRIEVER": args.retriever,
                                "AGENTBRIDGE_SEARCH_WORLD_SEED": str(args.world_seed),
                                "AGENTBRIDGE_SEARCH_WORLD": json.dumps(world_args)})

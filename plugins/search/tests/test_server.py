@@ -83,3 +83,18 @@ def test_read_corpus(tmp_path) -> None:
     bad.write_text('{"id": 1}\n')
     with pytest.raises(ValueError, match="b.jsonl:1: not a corpus row"):
         read_corpus(str(bad))
+
+
+def test_serve_threads_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import agentbridge_search.server as server
+    from agentbridge_search.cli import main
+
+    for name in ("AGENTBRIDGE_SEARCH_THREADS", "AGENTBRIDGE_SEARCH_RETRIEVER", "AGENTBRIDGE_SEARCH_WORLD_SEED",
+                 "AGENTBRIDGE_SEARCH_WORLD", "AGENTBRIDGE_SEARCH_CORPUS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(server, "serve", lambda **kwargs: None)
+    assert main(["serve", "--retriever", "dense", "--threads", "2"]) == 0
+    assert os.environ["AGENTBRIDGE_SEARCH_THREADS"] == "2"
+    assert main(["serve", "--threads", "0"]) == 2
