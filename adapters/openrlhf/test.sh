@@ -6,7 +6,8 @@
 #    of its dependencies is the adapter's `cpu` extra;
 #  - agentbridge core, the math, search and gui plugins, this adapter (editable), dashscope (qwen.tiktoken only),
 #    pytest: one resolve, so the plugins' dependencies keep OpenRLHF's pins (transformers 5.15.0, ray 2.55.0);
-#  - no torchvision: PyPI's build does not import beside the CPU torch (tests/standins/torchvision_gap.py).
+#  - no torchvision: PyPI's build does not import beside the CPU torch
+#    (agentbridge_openrlhf/standins/torchvision_gap.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD

@@ -94,6 +94,7 @@ class OpenRLHFBackend:
     """Compiles a spec into an OpenRLHF 0.11.2 PPO-family job whose agent executor runs agentbridge's driver."""
 
     name = "openrlhf"
+    module = "openrlhf"  # the conformance suite runs in the environment where this imports
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -214,6 +215,13 @@ class OpenRLHFBackend:
         if result.returncode != 0:
             raise JobError(f"the OpenRLHF job failed (exit {result.returncode}); see the output above")
         return run_dir
+
+    def conformance(self, kind: str, workdir: Path) -> list[Any]:
+        """The golden episodes of ``kind`` through OpenRLHF's own rollout path, read back from its training batch
+        (``EpisodeRecord`` list; see :mod:`agentbridge_openrlhf.conformance`). Needs OpenRLHF installed here."""
+        from agentbridge_openrlhf.conformance import golden_records
+
+        return golden_records(kind, Path(workdir))
 
 
 def openrlhf_python() -> str | None:

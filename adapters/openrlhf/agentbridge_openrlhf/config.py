@@ -55,7 +55,8 @@ OPTIONS: dict[str, Any] = {
     "zero_stage": 2,
     "gradient_checkpointing": False,
     "packing_samples": False,
-    "rollout_micro_batch_size": 4,
+    "rollout_micro_batch_size": None,  # default: 4, or fewer when a step has fewer samples per actor process
+                                    # (OpenRLHF asserts batch_size * n_samples // micro >= actor processes)
     "train_micro_batch_size": 1,
     "is_correction": "off",         # off | token | seq: off-policy correction (asks vLLM for logprobs)
     "estimator": None,              # any OpenRLHF estimator, overriding the algorithm's (e.g. reinforce_baseline)
@@ -165,7 +166,8 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         "rollout.n_samples_per_prompt": algo.group_size,
         "rollout.batch_size": algo.batch_size,
         "train.batch_size": algo.batch_size * algo.group_size,
-        "rollout.micro_batch_size": opts["rollout_micro_batch_size"],
+        "rollout.micro_batch_size": (opts["rollout_micro_batch_size"]
+                                     or max(1, min(4, algo.batch_size * algo.group_size // world_size(spec)))),
         "train.micro_batch_size": opts["train_micro_batch_size"],
         "rollout.temperature": a.sampling.temperature,
         "rollout.top_p": a.sampling.top_p,

@@ -1,4 +1,4 @@
-"""Stand-in for ``vllm.utils`` (CPU tests only)."""
+"""Stand-in for ``vllm.utils`` (see the package docstring)."""
 
 import uuid
 

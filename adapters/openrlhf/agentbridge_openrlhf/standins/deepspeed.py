@@ -1,4 +1,4 @@
-"""Stand-in for DeepSpeed (CPU tests only), so OpenRLHF's experience maker can be imported without a GPU.
+"""Stand-in for DeepSpeed (conformance and tests, on CPU), so OpenRLHF's experience maker imports without a GPU.
 
 ``openrlhf.trainer.ppo_utils.experience_maker`` imports ``RayActorGroup`` from ``openrlhf.trainer.ray.launcher``,
 which imports the DeepSpeed actor/critic models (DeepSpeed, flash-attn, peft). The advantage computation uses

@@ -1,11 +1,11 @@
-"""Bridges the one gap torchvision's absence leaves on CPU (tests only): a VLM processor without a video processor.
+"""Bridges the one gap torchvision's absence leaves on CPU (conformance and tests): a VLM processor without videos.
 
 OpenRLHF's ``get_tokenizer`` loads a VLM's ``AutoProcessor``. transformers 5 builds Qwen2-VL's processor with a
 video processor that requires torchvision; PyPI's torchvision does not import beside the CPU build of torch this
 environment pins (``operator torchvision::nms does not exist``), and on a GPU cluster vLLM brings it anyway.
 ``install()`` lets ``AutoVideoProcessor`` yield ``None`` and the processor accept that ``None``: everything else
 (tokenizer, PIL image processor, chat template, ``image_token_id``) is what ``AutoProcessor`` loads. No test
-here has videos.
+here and no golden episode has videos.
 """
 
 from __future__ import annotations

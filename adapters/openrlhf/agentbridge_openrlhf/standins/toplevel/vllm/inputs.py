@@ -1,4 +1,4 @@
-"""Stand-in for ``vllm.inputs`` (CPU tests only)."""
+"""Stand-in for ``vllm.inputs`` (see the package docstring)."""
 
 from typing import Any
 
