@@ -324,13 +324,16 @@ def backends(ctx: click.Context) -> None:
               help="Where to create the environment (default .venv-NAME).")
 @click.option("--cpu/--gpu", "cpu", default=True, show_default=True,
               help="CPU variant (CPU torch; tests) or GPU variant (the backend's inference engine; clusters).")
+@click.option("--with", "extra", multiple=True, metavar="PACKAGE",
+              help="Also install PACKAGE in the same resolve (repeatable), e.g. --with pytest.")
 @click.option("--dry-run", is_flag=True, help="Print the pip steps and do nothing.")
 @user_errors
-def backends_setup(name: str, venv: str | None, cpu: bool, dry_run: bool) -> None:
-    """Create a pinned environment for backend NAME and record it so later commands find it."""
+def backends_setup(name: str, venv: str | None, cpu: bool, extra: tuple[str, ...], dry_run: bool) -> None:
+    """Create a pinned environment for backend NAME (with agentbridge and the plugins installed here) and record
+    it so later commands find it."""
     from agentbridge.environments import setup
 
-    setup(name, Path(venv or f".venv-{name}"), cpu=cpu, dry_run=dry_run, say=click.echo)
+    setup(name, Path(venv or f".venv-{name}"), cpu=cpu, extra=list(extra), dry_run=dry_run, say=click.echo)
 
 
 @main.command()

@@ -91,15 +91,16 @@ def plugin_distributions() -> list[str]:
     return sorted(d for d in dists if d not in adapters and d != "agentbridge")
 
 
-def recipe(backend: str, *, cpu: bool, plugins: list[str] | None = None) -> Recipe:
-    """The first-party recipe for ``backend``; ``plugins`` defaults to every plugin installed here."""
+def recipe(backend: str, *, cpu: bool, plugins: list[str] | None = None, extra: list[str] | None = None) -> Recipe:
+    """The first-party recipe for ``backend``; ``plugins`` defaults to every plugin installed here; ``extra``
+    packages (e.g. pytest) join the main install step, so one resolve keeps the backend's pins."""
     if backend not in FIRST_PARTY:
         raise ValueError(f"backends setup: no recipe for '{backend}' (first-party: {', '.join(FIRST_PARTY)})")
     info = FIRST_PARTY[backend]
     core = source_of("agentbridge", "hf" if backend != "verl" else None)  # veRL pins an older transformers
-    extra = str(info.get("cpu_extra", info["extra"])) if cpu else str(info["extra"])
+    adapter_extra = str(info.get("cpu_extra", info["extra"])) if cpu else str(info["extra"])
     packages = [*core, *[a for p in (plugins if plugins is not None else plugin_distributions())
-                         for a in source_of(p)], *source_of(str(info["adapter"]), extra)]
+                         for a in source_of(p)], *source_of(str(info["adapter"]), adapter_extra), *(extra or [])]
     steps: list[list[str]] = []
     if cpu:
         steps += [[CPU_TORCH], *info.get("cpu_pre", [])]  # type: ignore[list-item]
@@ -110,10 +111,10 @@ def recipe(backend: str, *, cpu: bool, plugins: list[str] | None = None) -> Reci
     return Recipe(backend, str(info["module"]), "cpu" if cpu else "gpu", steps)
 
 
-def setup(backend: str, venv: Path, *, cpu: bool, plugins: list[str] | None = None,
+def setup(backend: str, venv: Path, *, cpu: bool, plugins: list[str] | None = None, extra: list[str] | None = None,
           say: Callable[[str], None] = print, dry_run: bool = False) -> Path:
     """Create (or bring up to date) ``venv`` for ``backend``, check that it imports, record it; returns its python."""
-    plan = recipe(backend, cpu=cpu, plugins=plugins)
+    plan = recipe(backend, cpu=cpu, plugins=plugins, extra=extra)
     python = venv / "bin" / "python"
     stamp = venv / ".agentbridge-environment"
     if dry_run:
@@ -137,8 +138,9 @@ def setup(backend: str, venv: Path, *, cpu: bool, plugins: list[str] | None = No
                 raise ValueError(f"backends setup {backend}: step {i} failed: {lines[-1]}")
         stamp.write_text(plan.digest() + "\n")
         say(f"[{backend}] installed in {time.monotonic() - start:.0f}s")
-    check = subprocess.run([str(python), "-c", f"import {plan.module}, agentbridge; print({plan.module}.__version__)"],
-                           capture_output=True, text=True)
+    probe = (f"import {plan.module}, agentbridge; from importlib.metadata import version; "
+             f"print(version({plan.module!r}))")
+    check = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
     if check.returncode != 0:
         tail = (check.stderr.strip().splitlines() or ["no output"])[-1]
         raise ValueError(f"backends setup {backend}: {venv} cannot import {plan.module}: {tail}")
