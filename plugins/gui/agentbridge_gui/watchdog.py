@@ -24,6 +24,8 @@ import threading
 import uuid
 from pathlib import Path
 
+import psutil
+
 OWNER_ENV = "AGENTBRIDGE_GUI_OWNER"
 POLL_S = 0.25
 
@@ -31,10 +33,10 @@ POLL_S = 0.25
 class Watchdog:
     """This process's watchdog: the token its browsers carry and the root of their user-data dirs."""
 
-    def __init__(self) -> None:
-        self.token = f"agentbridge-gui-{uuid.uuid4().hex[:16]}"
+    def __init__(self, token: str | None = None) -> None:
+        self.token = token or f"agentbridge-gui-{uuid.uuid4().hex[:16]}"
         self.root = Path(tempfile.gettempdir()) / self.token
-        self.root.mkdir(mode=0o700)
+        self.root.mkdir(mode=0o700, exist_ok=token is not None)
         self.parent_pid = os.getpid()
         # -P: the script's own directory stays off sys.path (its modules never shadow anything)
         self.process = subprocess.Popen(
@@ -54,19 +56,20 @@ _WATCHDOG: Watchdog | None = None
 
 
 def ensure_watchdog() -> Watchdog:
-    """The watchdog of this process, started on first use (a forked child gets its own)."""
+    """The watchdog of this process, started on first use; a forked child gets its own, a dead one is replaced."""
     global _WATCHDOG
     with _LOCK:
-        if _WATCHDOG is None or _WATCHDOG.parent_pid != os.getpid() or _WATCHDOG.process.poll() is not None:
+        if _WATCHDOG is None or _WATCHDOG.parent_pid != os.getpid():
             _WATCHDOG = Watchdog()
+        elif _WATCHDOG.process.poll() is not None:  # same token: the browsers it marked stay covered
+            _WATCHDOG = Watchdog(_WATCHDOG.token)
         return _WATCHDOG
 
 
-def owned_processes(token: str) -> list[object]:
+def owned_processes(token: str) -> list[psutil.Process]:
     """This user's processes (other than the caller) whose environment or command line carries ``token``."""
-    import psutil
-
-    me, uid, found = os.getpid(), os.getuid(), []
+    me, uid = os.getpid(), os.getuid()
+    found: list[psutil.Process] = []
     for p in psutil.process_iter(["uids", "cmdline"]):
         try:
             if p.pid == me or p.info["uids"] is None or p.info["uids"].real != uid:
@@ -83,18 +86,16 @@ def owned_processes(token: str) -> list[object]:
 
 def kill_owned(token: str, root: str | None = None) -> int:
     """SIGKILL every process carrying ``token`` (twice: a dying browser may still fork) and remove ``root``."""
-    import psutil
-
     killed = 0
     for _ in range(2):
         procs = owned_processes(token)
         for p in procs:
             try:
-                p.kill()  # type: ignore[attr-defined]
+                p.kill()
                 killed += 1
             except psutil.Error:
                 pass
-        psutil.wait_procs(procs, timeout=3)  # type: ignore[arg-type]
+        psutil.wait_procs(procs, timeout=3)
     if root:
         shutil.rmtree(root, ignore_errors=True)
     return killed

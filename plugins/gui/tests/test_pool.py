@@ -26,7 +26,7 @@ from agentbridge.rollout.trajectory import Generation, SamplingParams, Trajector
 from agentbridge.spec import load_spec
 from agentbridge_gui.browser import BrowserPool
 from agentbridge_gui.env import MiniWoBEnv
-from agentbridge_gui.watchdog import owned_processes
+from agentbridge_gui.watchdog import ensure_watchdog, owned_processes
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -158,7 +158,7 @@ def leftovers(pids: list[int], token: str, within_s: float) -> list[int]:
     deadline = time.time() + within_s
     while True:
         alive = {p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"}
-        alive |= {p.pid for p in owned_processes(token)}  # type: ignore[attr-defined]
+        alive |= {p.pid for p in owned_processes(token)}
         if not alive or time.time() > deadline:
             return sorted(alive)
         time.sleep(0.1)
@@ -184,7 +184,7 @@ def test_sigkilled_parent_leaves_no_browsers_behind() -> None:
     proc, info = start_child("")
     tree = info["pids"]
     try:
-        assert set(tree) <= {p.pid for p in owned_processes(info["token"])}  # type: ignore[attr-defined]
+        assert set(tree) <= {p.pid for p in owned_processes(info["token"])}
         proc.send_signal(signal.SIGKILL)  # no handler runs: only the watchdog can clean up
         proc.wait(timeout=10)
         alive = leftovers(tree, info["token"], 10)
@@ -193,3 +193,13 @@ def test_sigkilled_parent_leaves_no_browsers_behind() -> None:
             proc.kill()
     assert not alive, f"left behind after SIGKILL: {alive}"  # chromedriver, chromium and the watchdog itself
     assert not Path(info["root"]).exists()  # the browser profiles went too
+
+
+def test_a_dead_watchdog_is_replaced_under_the_same_token() -> None:
+    first = ensure_watchdog()
+    os.kill(first.process.pid, signal.SIGKILL)
+    first.process.wait(timeout=10)
+    second = ensure_watchdog()  # browsers started before still carry the old token: the new one must know it
+    assert second.process.pid != first.process.pid and second.process.poll() is None
+    assert second.token == first.token and second.root.is_dir()
+    assert ensure_watchdog() is second
