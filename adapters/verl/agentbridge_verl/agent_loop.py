@@ -52,9 +52,16 @@ def default_spec_path(trainer_config: Any) -> str:
 
 def to_output(traj: Trajectory, agent: Agent, prompt_length: int, response_length: int, *,
               logprobs: bool, num_preempted: int = -1) -> AgentLoopOutput:
-    """The trajectory as an ``AgentLoopOutput`` that already fits veRL's padded shapes (veRL does not truncate)."""
+    """The trajectory as an ``AgentLoopOutput`` that already fits veRL's padded shapes (veRL does not truncate).
+
+    An episode with no response token (its server failed on the first turn) gets one EOS token with mask 0: veRL's
+    V1 worker puts the reward on the last response token and fails the whole prompt group without one.
+    """
     prompt_ids = traj.prompt_ids[-prompt_length:]
     response_ids = traj.response_ids[:response_length]
+    mask, token_logprobs = traj.response_mask[:response_length], traj.logprobs[:response_length]
+    if not response_ids:
+        response_ids, mask, token_logprobs = [agent.tokenizer.eos_token_id], [0], [0.0]
     metrics = DriverMetrics(generate_sequences=traj.metrics.get("time/generate_s", 0.0),
                             tool_calls=traj.metrics.get("time/env_s", 0.0), num_preempted=num_preempted,
                             **{k: float(v) for k, v in traj.metrics.items()})
@@ -63,8 +70,8 @@ def to_output(traj: Trajectory, agent: Agent, prompt_length: int, response_lengt
     return AgentLoopOutput(
         prompt_ids=prompt_ids,
         response_ids=response_ids,
-        response_mask=traj.response_mask[:response_length],
-        response_logprobs=traj.logprobs[:response_length] if logprobs else None,
+        response_mask=mask,
+        response_logprobs=token_logprobs if logprobs else None,
         multi_modal_data={"images": list(traj.images)} if traj.images else None,
         reward_score=float(traj.reward),
         num_turns=sum(1 for m in traj.messages if m.get("role") != "system"),

@@ -1,28 +1,32 @@
-"""veRL's side of the conformance suite: the golden episodes through veRL's own rollout step, read from its batch.
+"""veRL's side of the conformance suite: the golden episodes through both of veRL's trainer paths, read from veRL.
 
-Real: ``VerlBackend.compile`` (the job a launch runs), the job's composed trainer config, veRL's dataset, sampler and
-collate function over the job's parquet, ``RayPPOTrainer.fit``'s generation step, ``AgentLoopManager`` and
-``AgentLoopWorker`` (agentbridge's agent loop inside them), veRL's processor for the vision-language kind, and
-``extract_reward``: see ``agentbridge_verl.inprocess``. Stand-ins: ``GoldenLLMServerClientStandIn`` for veRL's
-``LLMServerClient`` (the vLLM servers need a GPU); it answers with
-:func:`agentbridge.conformance.golden.golden_turn`; and the Ray actor handles of ``agentbridge_verl.inprocess``.
+``main_ppo`` runs one of two trainers, chosen by ``trainer.use_v1``; the compiled job keeps veRL 0.9.1's default,
+the V1 trainer. Both run here, and the records of the one the job launches are what the suite compares with the
+driver; the other's must equal them (see ``golden_records``).
 
-Every field is read back from the training batch, without veRL's padding: prompt ids (``prompts`` where
-``attention_mask`` is 1), response ids, ``response_mask``, ``rollout_log_probs``, the reward (``token_level_scores``,
-i.e. ``rm_scores``, summed; the run fails unless it sits on the last response token, which a summed reward cannot
-show) and the case (the task the row's ``extra_info`` carries).
+* V1 (``agentbridge_verl.inprocess_v1``): the V1 trainer's ``prepare_step`` and replay-buffer sample,
+  ``AgentLoopManagerTQ`` and ``AgentLoopWorkerTQ`` storing each episode unpadded in a real TransferQueue (local
+  Ray); fields are read back with ``tq.kv_batch_get``: ``prompts``, ``responses``, ``response_mask``,
+  ``rollout_log_probs``, ``rm_scores`` (summed) and ``input_ids``, which must be the prompt then the response.
+* legacy (``agentbridge_verl.inprocess``): ``RayPPOTrainer.fit``'s generation step, ``AgentLoopManager`` and
+  ``AgentLoopWorker``, ``extract_reward``; fields are read from the padded training batch without its padding
+  (``prompts`` where ``attention_mask`` is 1, ...; the reward is ``token_level_scores`` summed).
 
-Images: veRL keeps no raw images in its batch, only what its processor made of them (``multi_modal_inputs``:
-``pixel_values``, ``image_grid_thw``). The digests are therefore those of the images the agent loop handed veRL's
-worker for the row (``AgentLoopOutput.multi_modal_data``), and each row is checked against the batch: its
-``pixel_values`` and ``image_grid_thw`` must equal veRL's image processor's output on exactly those images, in order,
-and its sequence must hold one image token per visual token of them; otherwise the run fails with a
-``ConformanceError`` naming the row. Reconstructing images from ``pixel_values`` instead would depend on one processor
-family's patch layout and resizing, and a resized image could never match the driver's digest; the check says the
-same thing (the batch carries exactly those pixels) for any processor veRL binds.
+Both: veRL's dataset, sampler and collate function over the job's parquet, the job's composed trainer config,
+agentbridge's agent loop, veRL's processor for the vision-language kind. Stand-ins: ``GoldenLLMServerClientStandIn``
+for veRL's ``LLMServerClient`` (the vLLM servers need a GPU), answering with
+:func:`agentbridge.conformance.golden.golden_turn`, and the Ray actors of veRL's own named in the two modules. The
+run fails unless each reward sits on the last response token (which a summed reward cannot show); the case is the
+task each row's ``extra_info`` carries.
 
-The step is ``RayPPOTrainer``'s (``main_ppo`` with ``trainer.use_v1=false``); veRL 0.9.1's default V1 trainer hands
-the same agent-loop outputs to TransferQueue through ``AgentLoopWorkerTQ`` instead, which this run does not cover.
+Images: veRL keeps no raw images, only what its processor made of them (``multi_modal_inputs``: ``pixel_values``,
+``image_grid_thw``). The digests are therefore those of the images the agent loop handed veRL's worker for the row
+(``AgentLoopOutput.multi_modal_data``), and each row is checked against what veRL stored: its ``pixel_values`` and
+``image_grid_thw`` must equal veRL's image processor's output on exactly those images, in order, and its sequence
+must hold one image token per visual token of them; otherwise the run fails with a ``ConformanceError`` naming the
+row. Reconstructing images from ``pixel_values`` instead would depend on one processor family's patch layout and
+resizing, and a resized image could never match the driver's digest; the check says the same thing (the batch
+carries exactly those pixels) for any processor veRL binds.
 """
 
 from __future__ import annotations
@@ -83,14 +87,13 @@ def case_of(extra_info: Any) -> str:
     return str(json.loads(raw)["id"])
 
 
-def row_images(row: int, case: str, handed: dict[str, Any] | None, mm_inputs: dict[str, Any] | None,
+def row_images(where: str, handed: dict[str, Any] | None, mm_inputs: dict[str, Any] | None,
                input_ids: list[int], processor: Any) -> list[str]:
     """Digests of the images handed to veRL for a row, after checking that the batch carries exactly their pixels."""
     import torch
 
     images = list((handed or {}).get("images") or [])
     mm_inputs = dict(mm_inputs or {})
-    where = f"veRL batch row {row} (case {case})"
     if not images:
         if mm_inputs.get("pixel_values") is not None:
             raise ConformanceError(f"{where}: the batch carries pixel_values, but the agent loop handed veRL no "
@@ -117,40 +120,22 @@ def row_images(row: int, case: str, handed: dict[str, Any] | None, mm_inputs: di
     return [image_digest(im) for im in images]
 
 
-def reward_position(row: int, case: str, scores: Any, n_response: int) -> None:
+def reward_position(where: str, scores: Any, n_response: int) -> None:
     """The episode's reward must sit on its last response token (where veRL's GAE and returns read an outcome)."""
     at = [int(k) for k in scores.nonzero().flatten().tolist()]
     if at and at != [n_response - 1]:
-        raise ConformanceError(f"veRL batch row {row} (case {case}): the reward sits on response token(s) "
-                               f"{', '.join(map(str, at))}, not on the last one ({n_response - 1})")
+        raise ConformanceError(f"{where}: the reward sits on response token(s) {', '.join(map(str, at))}, not on "
+                               f"the last one ({n_response - 1})")
 
 
-def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
-    """Run the golden ``kind`` episodes through veRL's rollout step and read each one back from veRL's batch.
+def legacy_records(cfg: Any, tokenizer: Any, processor: Any) -> list[EpisodeRecord]:
+    """The golden episodes through ``RayPPOTrainer``'s step (``trainer.use_v1=false``), read from its padded
+    training batch (``agentbridge_verl.inprocess``)."""
+    from agentbridge_verl.inprocess import first_train_batch, rollout_step
 
-    The golden spec names backend trl; it is compiled with ``backend.name=verl``, since veRL applies
-    ``backend.options`` and ``backend.overrides`` only when it is the spec's backend, and with ``AGENT_WORKERS``
-    agent-loop workers.
-    """
-    from agentbridge.conformance.suite import golden_spec
-    from agentbridge_verl.backend import VerlBackend
-    from agentbridge_verl.inprocess import (
-        compose_worker_config,
-        first_train_batch,
-        model_config,
-        rollout_step,
-        verl_processor_in_model_config,
-    )
-
-    spec = golden_spec(kind, ["backend.name=verl", f"backend.options={{agent_workers: {AGENT_WORKERS}}}"])
-    job = VerlBackend().compile(spec, Path(workdir) / "verl")
-    with verl_processor_in_model_config():
-        cfg = compose_worker_config(job.path)
-        model = model_config(cfg)
-        tokenizer, processor = model.tokenizer, model.processor
-        batch = first_train_batch(cfg, tokenizer, processor)
-        train, workers = rollout_step(cfg, GoldenLLMServerClientStandIn(tokenizer), batch,
-                                      worker_class=HandedImagesWorker)
+    batch = first_train_batch(cfg, tokenizer, processor)
+    train, workers = rollout_step(cfg, GoldenLLMServerClientStandIn(tokenizer), batch,
+                                  worker_class=HandedImagesWorker)
     handed = [data for worker in workers for data in getattr(worker, "handed", [])]
     b, extra = train.batch, train.non_tensor_batch
     if len(handed) != len(train):
@@ -164,7 +149,8 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
         attn = b["attention_mask"][i].bool()
         n = int(attn[prompt_len:].sum())
         case = case_of(extra["extra_info"][i])
-        reward_position(i, case, b["token_level_scores"][i], n)
+        where = f"veRL batch row {i} (case {case})"
+        reward_position(where, b["token_level_scores"][i], n)
         records.append(EpisodeRecord(
             case=case,
             prompt_ids=b["prompts"][i][attn[:prompt_len]].tolist(),
@@ -172,6 +158,84 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
             response_mask=[int(x) for x in b["response_mask"][i][:n].tolist()],
             logprobs=[float(x) for x in b["rollout_log_probs"][i][:n].tolist()] if logprobs else [],
             reward=float(b["token_level_scores"][i].sum()),
-            images=row_images(i, case, handed[i], mm_inputs[i] if mm_inputs is not None else None,
+            images=row_images(where, handed[i], mm_inputs[i] if mm_inputs is not None else None,
                               b["input_ids"][i][attn].tolist(), processor)))
     return records
+
+
+def v1_records(cfg: Any, tokenizer: Any, processor: Any) -> list[EpisodeRecord]:
+    """The golden episodes through the V1 trainer's step (``trainer.use_v1=true``), read back from TransferQueue
+    as its sample holds them (``agentbridge_verl.inprocess_v1``): unpadded, one trajectory per key.
+
+    ``input_ids`` (what the actor trains on) must be the prompt followed by the response."""
+    from agentbridge_verl.inprocess import ActorStandIn, RewardLoopWorkerStandIn
+    from agentbridge_verl.inprocess_v1 import V1RolloutError, v1_rollout_step
+
+    try:
+        batch, data, workers, _ = v1_rollout_step(cfg, GoldenLLMServerClientStandIn(tokenizer),
+                                               [ActorStandIn(RewardLoopWorkerStandIn())])
+    except V1RolloutError as e:
+        raise ConformanceError(f"veRL's V1 trainer: {e}") from e
+    handed = {key: mm for worker in workers for key, mm in worker.handed.items()}
+    if "rm_scores" not in data.keys():
+        raise ConformanceError("veRL's V1 trainer: its trajectories carry no rm_scores")
+    prompts, responses = data["prompts"].unbind(), data["responses"].unbind()
+    masks, scores, input_ids = data["response_mask"].unbind(), data["rm_scores"].unbind(), data["input_ids"].unbind()
+    logprobs = data["rollout_log_probs"].unbind() if "rollout_log_probs" in data.keys() else None
+    extra_info, mm_inputs = list(data["extra_info"]), list(data["multi_modal_inputs"])
+    records = []
+    for i, key in enumerate(batch.keys):
+        case = case_of(extra_info[i])
+        where = f"veRL V1 trajectory {i} (case {case})"
+        prompt, response, n = prompts[i].tolist(), responses[i].tolist(), len(responses[i])
+        if input_ids[i].tolist() != prompt + response:
+            raise ConformanceError(f"{where}: input_ids are not the prompt followed by the response")
+        if key not in handed:
+            raise ConformanceError(f"{where}: no agent-loop output was handed to veRL under key {key}")
+        reward_position(where, scores[i], n)
+        records.append(EpisodeRecord(
+            case=case, prompt_ids=prompt, response_ids=response,
+            response_mask=[int(x) for x in masks[i].tolist()],
+            logprobs=[float(x) for x in logprobs[i].tolist()] if logprobs is not None else [],
+            reward=float(scores[i].sum()),
+            images=row_images(where, handed[key], mm_inputs[i], input_ids[i].tolist(), processor)))
+    return records
+
+
+def _same(a: list[EpisodeRecord], b: list[EpisodeRecord]) -> bool:
+    return sorted(json.dumps(r.to_dict()) for r in a) == sorted(json.dumps(r.to_dict()) for r in b)
+
+
+def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
+    """Run the golden ``kind`` episodes through both of veRL's trainer paths and read each back from veRL.
+
+    Returns the records of the path the job launches (``trainer.use_v1``: the V1 trainer unless
+    ``backend.overrides`` turns it off). The other path must agree: where its records differ, they are compared
+    with the driver's, and any difference fails the run with a ``ConformanceError`` naming that path.
+
+    The golden spec names backend trl; it is compiled with ``backend.name=verl``, since veRL applies
+    ``backend.options`` and ``backend.overrides`` only when it is the spec's backend, and with ``AGENT_WORKERS``
+    agent-loop workers.
+    """
+    from agentbridge.conformance.records import compare
+    from agentbridge.conformance.suite import golden_spec, reference_records
+    from agentbridge_verl.backend import VerlBackend
+    from agentbridge_verl.inprocess import compose_worker_config, model_config, verl_processor_in_model_config
+
+    spec = golden_spec(kind, ["backend.name=verl", f"backend.options={{agent_workers: {AGENT_WORKERS}}}"])
+    job = VerlBackend().compile(spec, Path(workdir) / "verl")
+    with verl_processor_in_model_config():
+        cfg = compose_worker_config(job.path)
+        model = model_config(cfg)
+        tokenizer, processor = model.tokenizer, model.processor
+        v1 = v1_records(cfg, tokenizer, processor)
+        legacy = legacy_records(cfg, tokenizer, processor)
+    paths = {True: ("V1 trainer (trainer.use_v1=true)", v1), False: ("legacy trainer (trainer.use_v1=false)", legacy)}
+    launched = bool(cfg.trainer.use_v1)
+    other_name, other = paths[not launched]
+    if not _same(v1, legacy):
+        problems = compare(reference_records(kind), other, f"veRL's {other_name}", samples=spec.algorithm.group_size)
+        if problems:
+            raise ConformanceError(f"the job runs veRL's {paths[launched][0]}, but its other path differs from the "
+                                   f"driver: {'; '.join(problems)}")
+    return paths[launched][1]

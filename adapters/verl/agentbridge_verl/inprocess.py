@@ -16,7 +16,7 @@ Stand-ins replace only what needs Ray or a GPU, each named as one:
 
 This is the path of the trainer ``main_ppo`` runs with ``trainer.use_v1=false`` (``RayPPOTrainer``). veRL 0.9.1's
 default V1 trainer runs the same agent loop under ``AgentLoopWorkerTQ``, which writes each episode to
-TransferQueue instead of a padded ``DataProto``; that path is not covered here (it needs Ray and TransferQueue).
+TransferQueue instead of a padded ``DataProto``: see ``agentbridge_verl.inprocess_v1``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""veRL passes the conformance suite (through the pytest plugin), and the suite fails when the adapter is broken."""
+"""veRL passes the conformance suite (through the pytest plugin) on both trainer paths, and the suite fails when
+either is broken."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from agentbridge.conformance import run_suite
 from agentbridge.conformance.pytest_plugin import conformance_tests
 from agentbridge.conformance.suite import ConformanceError
 from agentbridge_verl.conformance import golden_records, reward_position
+from agentbridge_verl.inprocess_v1 import WorkerTQ
 
 test_verl_conforms = conformance_tests("verl")
 
@@ -35,22 +37,78 @@ def test_the_suite_fails_on_a_mask_off_by_one(monkeypatch: pytest.MonkeyPatch) -
     assert all(fields == ["response_mask", "response_mask"] for fields in result.case_fields().values())
 
 
-def test_pixels_that_are_not_the_handed_images_fail_the_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """veRL's worker processes other pixels than the images the agent loop handed it: the run stops, naming the row
-    (the digests alone come from the handed images and could not show it)."""
+def reward_plus_one(honest: Any) -> Any:
+    """``_agent_loop_postprocess`` of one worker class with each episode's reward raised by one."""
+
+    async def postprocess(self: Any, output: Any, *args: Any, **kwargs: Any) -> Any:
+        output.reward_score += 1.0
+        return await honest(self, output, *args, **kwargs)
+
+    return postprocess
+
+
+def test_a_v1_path_that_differs_from_the_driver_fails_per_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job launches veRL's V1 trainer: its records are the ones the suite compares, case by case."""
+    monkeypatch.setattr(WorkerTQ, "_agent_loop_postprocess", reward_plus_one(WorkerTQ._agent_loop_postprocess))
+    (result,) = run_suite("verl", ("vlm",))
+    assert result.problems == [f"verl: case image[{i}]: reward is 2.35, the driver's is 1.35" for i in range(2)]
+
+
+def test_a_legacy_path_that_differs_from_the_driver_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The legacy trainer (trainer.use_v1=false, still selectable) must give the V1 trainer's records."""
+    monkeypatch.setattr(AgentLoopWorker, "_agent_loop_postprocess",
+                        reward_plus_one(AgentLoopWorker._agent_loop_postprocess))
+    (result,) = run_suite("verl", ("vlm",))
+    assert result.problems == [
+        "the job runs veRL's V1 trainer (trainer.use_v1=true), but its other path differs from the driver: "
+        "veRL's legacy trainer (trainer.use_v1=false): case image[0]: reward is 2.35, the driver's is 1.35; "
+        "veRL's legacy trainer (trainer.use_v1=false): case image[1]: reward is 2.35, the driver's is 1.35"]
+
+
+def test_a_job_on_the_legacy_path_is_conformance_checked_on_it(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """With trainer.use_v1=false the legacy trainer's records are returned, and the V1 trainer's must agree."""
+    import agentbridge_verl.inprocess as inprocess
+
+    compose = inprocess.compose_worker_config
+
+    def legacy_job(job_dir: Path) -> Any:
+        cfg = compose(job_dir)
+        cfg.trainer.use_v1 = False
+        return cfg
+
+    monkeypatch.setattr(inprocess, "compose_worker_config", legacy_job)
+    monkeypatch.setattr(AgentLoopWorker, "_agent_loop_postprocess",
+                        reward_plus_one(AgentLoopWorker._agent_loop_postprocess))
+    rewards = [r.reward for r in golden_records("vlm", tmp_path / "a")]  # legacy's: the suite compares them
+    assert rewards == pytest.approx([2.35, 2.35])
+    monkeypatch.undo()
+    monkeypatch.setattr(inprocess, "compose_worker_config", legacy_job)
+    monkeypatch.setattr(WorkerTQ, "_agent_loop_postprocess", reward_plus_one(WorkerTQ._agent_loop_postprocess))
+    with pytest.raises(ConformanceError, match=r"runs veRL's legacy trainer \(trainer.use_v1=false\), but its "
+                       r"other path differs .*veRL's V1 trainer \(trainer.use_v1=true\): case image\[0\]: reward"):
+        golden_records("vlm", tmp_path / "b")
+
+
+@pytest.mark.parametrize("path", ["V1", "legacy"])
+def test_pixels_that_are_not_the_handed_images_fail_the_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                            path: str) -> None:
+    """veRL's worker (of one trainer path) processes other pixels than the images the agent loop handed it: the run
+    stops, naming the row (the digests alone come from the handed images and could not show it)."""
     from PIL import ImageOps
 
     honest = AgentLoopWorker._compute_multi_modal_inputs
 
     def inverted(self: Any, output: Any, input_ids: Any) -> Any:
         images = (output.multi_modal_data or {}).get("images")
-        if not images:
+        if not images or isinstance(self, WorkerTQ) != (path == "V1"):
             return honest(self, output, input_ids)
         other = [ImageOps.invert(images[0].convert("RGB")), *images[1:]]
         return honest(self, output.model_copy(update={"multi_modal_data": {"images": other}}), input_ids)
 
     monkeypatch.setattr(AgentLoopWorker, "_compute_multi_modal_inputs", inverted)
-    with pytest.raises(ConformanceError, match=r"veRL batch row 0 \(case image\): the batch's pixel_values"):
+    where = "veRL V1 trajectory 0" if path == "V1" else "veRL batch row 0"
+    with pytest.raises(ConformanceError, match=rf"{where} \(case image\): the batch's pixel_values"):
         golden_records("vlm", tmp_path)
 
 
@@ -59,9 +117,9 @@ def test_a_reward_off_the_last_response_token_fails_the_run() -> None:
     import torch
 
     scores = torch.zeros(8)
-    reward_position(0, "tools", scores, 5)  # no reward: nothing to place
+    reward_position("row 0", scores, 5)  # no reward: nothing to place
     scores[4] = 1.25
-    reward_position(0, "tools", scores, 5)
+    reward_position("row 0", scores, 5)
     with pytest.raises(ConformanceError, match=r"row 3 \(case tools\): the reward sits on response token\(s\) 3, "
                        r"not on the last one \(4\)"):
-        reward_position(3, "tools", scores.roll(-1), 5)
+        reward_position("row 3 (case tools)", scores.roll(-1), 5)
