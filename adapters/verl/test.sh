@@ -20,7 +20,8 @@ if [ ! -f "$stamp" ] || [ adapters/verl/pyproject.toml -nt "$stamp" ] || [ adapt
   }
   echo "[verl] installing torch==2.13.0 (CPU build)"
   pip_install torch==2.13.0
-  echo "[verl] installing agentbridge core + math/search/gui plugins + agentbridge-verl[backend] (verl==0.9.1)"
+  echo "[verl] installing agentbridge core + math/search/gui plugins + agentbridge-verl[backend] (verl==0.9.1," \
+    "TransferQueue==0.1.11 for veRL's default V1 trainer)"
   # the plugins' deps leave veRL's pins (transformers<5.11, torch, numpy) alone; the examples' ids resolve here
   pip_install -e "$ROOT" -e "$ROOT/plugins/math" -e "$ROOT/plugins/search" -e "$ROOT/plugins/gui" \
     -e "$ROOT/adapters/verl[backend]" pytest
@@ -31,7 +32,7 @@ if [ ! -f "$stamp" ] || [ adapters/verl/pyproject.toml -nt "$stamp" ] || [ adapt
 else
   echo "[verl] $VENV is up to date"
 fi
-"$PY" -c "import torch, transformers, verl; print('[verl] torch', torch.__version__, '| transformers', transformers.__version__, '| verl', verl.__version__)"
+"$PY" -c "import importlib.metadata as m, torch, transformers, verl, transfer_queue; print('[verl] torch', torch.__version__, '| transformers', transformers.__version__, '| verl', verl.__version__, '| TransferQueue', m.version('TransferQueue'))"
 echo "[verl] pytest adapters/verl/tests"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_DEDUP_LOGS=0 TOKENIZERS_PARALLELISM=false
 "$PY" -m pytest -q -p no:cacheprovider adapters/verl/tests "$@"

@@ -2,7 +2,8 @@
 
 Composes the job's Hydra config (extending ``ppo_trainer``), runs ``validate_config`` and the typed config
 dataclasses as ``main_ppo`` does, loads the reward function, reward manager, agent-loop class and the advantage /
-policy-loss functions, and rejects keys veRL would silently ignore. Run as
+policy-loss functions, checks that the trainer ``trainer.use_v1`` selects can start (the V1 trainer needs
+TransferQueue), and rejects keys veRL would silently ignore. Run as
 ``python -m agentbridge_verl.validate JOB_DIR`` in the veRL environment.
 """
 
@@ -30,6 +31,7 @@ LEGACY_PREFIXES = {
     "reward_model": "reward.reward_manager / reward.reward_model",
 }
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model", "extra_info", "agent_name")
+TRANSFER_QUEUE_MIN = "0.1.10"  # verl[verl-core]'s bound; agentbridge-verl[backend] pins 0.1.11
 
 
 def _first_line(e: BaseException) -> str:
@@ -174,6 +176,37 @@ def _agent_loop(job_dir: Path, cfg: Any) -> list[Problem]:
     return problems
 
 
+def transfer_queue_version() -> str | None:
+    """The installed TransferQueue's version, or None when ``transfer_queue`` does not import here."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("transfer_queue") is None:
+        return None
+    try:
+        return importlib.metadata.version("TransferQueue")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _trainer_path(cfg: Any) -> list[Problem]:
+    """The V1 trainer (``trainer.use_v1``, veRL's default) keeps rollouts in TransferQueue: it must be installed."""
+    from packaging.version import Version
+
+    if not cfg.trainer.get("use_v1", True):
+        return []
+    fix = ("install TransferQueue==0.1.11 (agentbridge-verl[backend]) or set backend.overrides "
+           "{trainer: {use_v1: false}} for the legacy trainer")
+    version = transfer_queue_version()
+    if version is None:
+        return [Problem("trainer.use_v1", f"veRL's V1 trainer needs TransferQueue, which is not installed "
+                        f"(main_ppo would stop with \"No module named 'transfer_queue'\"); {fix}")]
+    if Version(version) < Version(TRANSFER_QUEUE_MIN):
+        return [Problem("trainer.use_v1", f"veRL's V1 trainer needs TransferQueue>={TRANSFER_QUEUE_MIN}, "
+                        f"{version} is installed; {fix}")]
+    return []
+
+
 def _agent(spec: Any, tokenizer: Any) -> tuple[Any, list[Problem]]:
     from agentbridge.rollout.agent import Agent
 
@@ -283,7 +316,7 @@ def _validate(job_dir: Path, skipped: list[str]) -> list[Problem]:
         OmegaConf.resolve(cfg)
     except Exception as e:  # noqa: BLE001
         return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"veRL's validate_config rejects it: {_first_line(e)}")]
-    problems += _dataclasses(cfg) + _algorithm(cfg) + _reward(cfg) + _agent_loop(job_dir, cfg)
+    problems += _dataclasses(cfg) + _algorithm(cfg) + _reward(cfg) + _agent_loop(job_dir, cfg) + _trainer_path(cfg)
     from agentbridge.models import load_tokenizer
 
     agent, agent_problems = _agent(spec, load_tokenizer(model))

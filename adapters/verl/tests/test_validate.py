@@ -59,3 +59,21 @@ def test_validate_from_another_interpreter_without_verl(tmp_path: Path, monkeypa
     monkeypatch.setenv("AGENTBRIDGE_VERL_PYTHON", sys.executable)
     report = VerlBackend().validate(job)
     assert [p.where for p in report.problems] == ["algorithm.adv_estimator"]
+
+
+@pytest.mark.parametrize("version, needle", [
+    (None, "veRL's V1 trainer needs TransferQueue, which is not installed (main_ppo would stop with \"No module "
+           "named 'transfer_queue'\")"),
+    ("0.1.9", "veRL's V1 trainer needs TransferQueue>=0.1.10, 0.1.9 is installed"),
+])
+def test_the_default_v1_trainer_needs_transfer_queue(small_job: Job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     version: str | None, needle: str) -> None:
+    """The job keeps veRL's default trainer (V1), which cannot start without TransferQueue; the legacy one can."""
+    import agentbridge_verl.validate as validate
+
+    monkeypatch.setattr(validate, "transfer_queue_version", lambda: version)
+    problems = validate_job(small_job.path)
+    assert [(p.where, needle in p.message) for p in problems] == [("trainer.use_v1", True)], problems
+    assert "backend.overrides {trainer: {use_v1: false}}" in problems[0].message
+    legacy = compile_job(tmp_path / "job", "backend.overrides.trainer.use_v1=false")
+    assert validate_job(legacy.path) == []
