@@ -93,9 +93,17 @@ def in_process(r: Any, label: str, queries: list[str], batch: int, concurrency: 
         return r.search(qs, TOPK)
 
     search(queries[:4])  # warm up (model load, first batch)
-    return [timed_calls(f"{label} in-process, 1 query/call", search, queries, 1),
-            timed_calls(f"{label} in-process, {batch} queries/call (latency per call)", search, queries, batch),
-            timed_calls(f"{label} in-process, 1 query/call, {concurrency} callers", search, queries, 1, concurrency)]
+    rows = [timed_calls(f"{label} in-process, 1 query/call", search, queries, 1),
+            timed_calls(f"{label} in-process, {batch} queries/call (latency per call)", search, queries, batch)]
+    batches = getattr(r, "batches", None)
+    if batches is not None:
+        batches.clear()
+    rows.append(timed_calls(f"{label} in-process, 1 query/call, {concurrency} callers", search, queries, 1,
+                            concurrency))
+    if batches:
+        rows[-1]["mean_batch"] = round(statistics.mean(batches), 1)
+        print(f"  queries per worker batch with {concurrency} callers: {rows[-1]['mean_batch']}", flush=True)
+    return rows
 
 
 def dense_before(r: Any, queries: list[str], batch: int, concurrency: int) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -278,7 +286,6 @@ def main() -> int:
         results += rows
     for n, r in dense.items():
         results += in_process(r, f"dense (threads={n})", dq, args.batch, args.callers)
-        print(f"dense threads={n}: worker batch sizes mean {statistics.mean(r.batches):.1f}", flush=True)
     if before_ids is not None:
         now = [[i for i, _ in row] for row in dense[1].search(dq, TOPK)]
         same = sum(a == b for a, b in zip(now, before_ids, strict=True)) / len(dq)

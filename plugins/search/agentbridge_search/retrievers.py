@@ -9,6 +9,7 @@ import hashlib
 import os
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -131,14 +132,16 @@ class DenseRetriever:
 
     Searches run in one worker thread per retriever that uses ``threads`` intra-op threads for both torch
     (query encoding) and faiss, and encodes and searches the queries of concurrent callers as one batch (at
-    most ``max_batch`` queries; one BLAS product from ``BLAS_MIN_QUERIES`` on). The caller's torch and faiss
-    thread settings are left as they were.
+    most ``max_batch`` queries; one BLAS product from ``BLAS_MIN_QUERIES`` on). While calls overlap, the worker
+    waits up to ``linger_s`` for more callers before a batch; a lone caller never waits. The caller's torch and
+    faiss thread settings are left as they were.
     """
 
     kind = "dense"
 
     def __init__(self, passages: Sequence[Passage], *, cache: bool = True, batch_size: int = 128,
-                 embeddings: Any = None, threads: int | None = None, max_batch: int = 64) -> None:
+                 embeddings: Any = None, threads: int | None = None, max_batch: int = 64,
+                 linger_s: float = 0.002) -> None:
         import faiss
         import numpy as np
 
@@ -147,6 +150,7 @@ class DenseRetriever:
         if self.threads < 1:
             raise ValueError(f"threads must be at least 1, got {self.threads}")
         self.max_batch = max_batch
+        self.linger_s = linger_s
         path = index_dir("dense", corpus_key(self.passages)) / "embeddings.npy"
         if embeddings is None and cache and path.is_file():
             embeddings = np.load(path)
@@ -223,15 +227,20 @@ class DenseRetriever:
                                                           BLAS_MIN_QUERIES * self.index.d)
         self.worker_threads = (torch.get_num_threads(), faiss.omp_get_max_threads())
         ready.set()
+        concurrent = False
         while True:
             first = self._queue.get()
             if first is None:
                 return
             batch = [first]
             size = len(first.queries)
+            # wait up to linger_s for more callers, but only while calls are overlapping (the last batch had
+            # several): a lone caller never waits
+            deadline = time.monotonic() + (self.linger_s if concurrent else 0.0)
             while size < self.max_batch:
                 try:
-                    more = self._queue.get_nowait()
+                    more = self._queue.get(timeout=max(0.0, deadline - time.monotonic())) \
+                        if deadline > time.monotonic() else self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if more is None:
@@ -240,6 +249,7 @@ class DenseRetriever:
                 batch.append(more)
                 size += len(more.queries)
             self.batches.append(size)
+            concurrent = len(batch) > 1
             try:
                 hits = self._search_batch([q for r in batch for q in r.queries], max(r.topk for r in batch))
             except BaseException as e:  # noqa: BLE001 - handed to every caller of this batch
