@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,17 @@ def small_job(tmp_path_factory: pytest.TempPathFactory) -> Job:
 @pytest.fixture(scope="session", autouse=True)
 def _repo_root() -> None:
     os.chdir(Path(__file__).resolve().parents[3])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_transfer_queue() -> Iterator[None]:
+    """The V1 trainer's local Ray and TransferQueue (``agentbridge_verl.inprocess_v1``) live for one test module:
+    left up, they starve the local Ray cluster ``test_ray_runner`` starts on two cores."""
+    yield
+    import sys
+
+    if "agentbridge_verl.inprocess_v1" in sys.modules:
+        sys.modules["agentbridge_verl.inprocess_v1"].close_transfer_queue()
 
 
 @pytest.fixture(scope="session")
