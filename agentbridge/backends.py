@@ -152,5 +152,36 @@ def validate_in(python: str, module: str, job: Job) -> Report:
     return Report(ok=not problems, problems=problems)
 
 
+@dataclass
+class JobCheck:
+    """The shared start of a backend validator. ``ready``: the spec loaded and the backend package imports, so the
+    backend's own checks can run."""
+
+    spec: Spec | None
+    problems: list[Problem]
+    ready: bool
+
+
+def begin_validation(job_dir: Path, backend: Any, *, module: str, pin: str, install: str) -> JobCheck:
+    """Load the job's spec, run the backend's capability check, and check that ``module`` imports at version ``pin``
+    (``install`` says how to get it). Each problem is one line."""
+    from importlib import metadata
+
+    from agentbridge.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(Path(job_dir) / "spec.yaml")
+    except SpecError as e:
+        return JobCheck(None, [Problem(str(Path(job_dir) / "spec.yaml"), line) for line in e.problems], False)
+    problems = list(backend.check(spec))
+    if importlib.util.find_spec(module) is None:
+        problems.append(Problem(module, f"{module} is not installed in this interpreter; {install}"))
+        return JobCheck(spec, problems, False)
+    version = metadata.version(module)
+    if version != pin:
+        problems.append(Problem(module, f"version {version} is installed; this adapter is built for {pin}"))
+    return JobCheck(spec, problems, True)
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     return asdict(obj)

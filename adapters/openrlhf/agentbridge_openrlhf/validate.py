@@ -23,8 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge.backends import Problem
-from agentbridge.spec import SpecError, load_spec
+from agentbridge.backends import Problem, begin_validation
 from agentbridge_openrlhf.config import OPENRLHF_PIN, OWNED
 
 
@@ -166,22 +165,14 @@ def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
 
 def validate_job(job_dir: Path) -> list[Problem]:
     """OpenRLHF's parser and post-parse checks on the job's command line, then agentbridge's checks."""
-    job_dir = Path(job_dir)
-    try:
-        spec = load_spec(job_dir / "spec.yaml")
-    except SpecError as e:
-        return [Problem(str(job_dir / "spec.yaml"), line) for line in e.problems]
     from agentbridge_openrlhf.backend import OpenRLHFBackend
 
-    problems = OpenRLHFBackend().check(spec)
-    try:
-        import openrlhf
-    except ImportError:
-        return [*problems, Problem("openrlhf", f"OpenRLHF is not installed in this interpreter; install "
-                                               f"openrlhf=={OPENRLHF_PIN} (see adapters/openrlhf/test.sh)")]
-    if getattr(openrlhf, "__version__", OPENRLHF_PIN) != OPENRLHF_PIN:
-        problems.append(Problem("openrlhf", f"version {openrlhf.__version__} is installed; this adapter is built "
-                                            f"for {OPENRLHF_PIN} (flags change between patch releases)"))
+    job_dir = Path(job_dir)
+    start = begin_validation(job_dir, OpenRLHFBackend(), module="openrlhf", pin=OPENRLHF_PIN,
+                             install="run `agentbridge backends setup openrlhf` (flags change between patch releases)")
+    problems, spec = start.problems, start.spec
+    if not start.ready or spec is None:
+        return problems
     from agentbridge.models import ModelError, load_tokenizer, resolve_model_path
 
     try:

@@ -5,28 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agentbridge.backends import Problem
-from agentbridge.spec import SpecError, load_spec
+from agentbridge.backends import Problem, begin_validation
 
 
 def validate_job(job_dir: Path) -> list[Problem]:
     """GRPOConfig builds, the model path resolves, the tokenizer's chat template renders tool calls."""
-    job_dir = Path(job_dir)
-    problems: list[Problem] = []
-    try:
-        spec = load_spec(job_dir / "spec.yaml")
-    except SpecError as e:
-        return [Problem(str(job_dir / "spec.yaml"), line) for line in e.problems]
-    from agentbridge_trl.backend import TrlBackend
+    from agentbridge_trl.backend import TRL_PIN, TrlBackend
 
-    problems += TrlBackend().check(spec)
-    try:
-        import trl
-    except ImportError:
-        return [*problems, Problem("trl", "TRL is not installed in this interpreter; install agentbridge-trl[backend] "
-                                          "or run `agentbridge check` with the TRL environment's python")]
-    if trl.__version__ != "1.16.0":
-        problems.append(Problem("trl", f"version {trl.__version__} is installed; this adapter is built for 1.16.0"))
+    job_dir = Path(job_dir)
+    start = begin_validation(job_dir, TrlBackend(), module="trl", pin=TRL_PIN,
+                             install="install agentbridge-trl[backend] or run `agentbridge check --runner env`")
+    problems, spec = start.problems, start.spec
+    if not start.ready or spec is None:
+        return problems
+    import trl
+
     kwargs = json.loads((job_dir / "grpo_config.json").read_text())
     kwargs["output_dir"] = str(job_dir / "validate-trainer")
     try:

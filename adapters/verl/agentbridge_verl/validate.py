@@ -20,8 +20,7 @@ from typing import Any
 
 import yaml
 
-from agentbridge.backends import Problem
-from agentbridge.spec import SpecError, load_spec
+from agentbridge.backends import Problem, begin_validation
 from agentbridge_verl import VERL_PIN
 from agentbridge_verl.config import AGENT_LOOP_FILE, CONFIG_NAME, flatten, path_overrides
 
@@ -269,22 +268,15 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None) -> list[Proble
 
 
 def _validate(job_dir: Path, skipped: list[str]) -> list[Problem]:
-    job_dir = Path(job_dir).resolve()
-    try:
-        spec = load_spec(job_dir / "spec.yaml")
-    except SpecError as e:
-        return [Problem(str(job_dir / "spec.yaml"), line) for line in e.problems]
     from agentbridge_verl.backend import VerlBackend
 
-    problems = VerlBackend().check(spec)
-    try:
-        import verl
-    except ImportError:
-        return [*problems, Problem("verl", f"veRL is not installed in this interpreter; install "
-                                           f"agentbridge-verl[backend] (verl=={VERL_PIN})")]
-    if verl.__version__ != VERL_PIN:
-        problems.append(Problem("verl", f"version {verl.__version__} is installed; this adapter is built for "
-                                        f"{VERL_PIN}"))
+    job_dir = Path(job_dir).resolve()
+    start = begin_validation(job_dir, VerlBackend(), module="verl", pin=VERL_PIN,
+                             install=f"install agentbridge-verl[backend] (verl=={VERL_PIN}) or run "
+                                     "`agentbridge backends setup verl`")
+    problems, spec = start.problems, start.spec
+    if not start.ready or spec is None:
+        return problems
     from agentbridge.models import ModelError, resolve_model_path
 
     try:

@@ -54,6 +54,7 @@ def test_validate_from_another_interpreter_without_verl(tmp_path: Path, monkeypa
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
     monkeypatch.delenv("AGENTBRIDGE_VERL_PYTHON", raising=False)
     monkeypatch.chdir(tmp_path)  # no .venv-verl here either
+    monkeypatch.setenv("AGENTBRIDGE_HOME", str(tmp_path))  # and none recorded by `agentbridge backends setup`
     report = VerlBackend().validate(job)
     assert not report.ok and "set AGENTBRIDGE_VERL_PYTHON" in str(report.problems[0])
     monkeypatch.setenv("AGENTBRIDGE_VERL_PYTHON", sys.executable)
