@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -270,12 +271,18 @@ def check(job_dir: str, runner_kind: str, ray_address: str | None) -> None:
 @click.option("-o", "out", type=click.Path(file_okay=False), default=None, help="Run directory (default runs/NAME).")
 @click.option("--runner", "runner_kind", type=click.Choice(["local", "env"]), default="local", show_default=True,
               help="local: the backend picks its interpreter; env: force the backend's own environment.")
+@click.option("--no-cache", is_flag=True, help="Rebuild every cache entry the run uses (built models, indexes).")
 @set_option
 @user_errors
-def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind: str,
+def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind: str, no_cache: bool,
           sets: tuple[str, ...]) -> None:
     """Compile SPEC, validate the job, and run it on this machine; writes runs/NAME/."""
     from agentbridge.runners import runner_for
+
+    if no_cache:  # the job's own process inherits it
+        import uuid
+
+        os.environ["AGENTBRIDGE_NO_CACHE"] = uuid.uuid4().hex
 
     spec = _spec(spec_path, sets)
     name = backend_name or spec.backend.name

@@ -14,12 +14,13 @@ import json
 import os
 import random
 import shutil
+import sys
 import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 BUILTIN_MODELS: dict[str, str] = {
     "builtin:tiny": "4-layer 128-wide random-init Qwen2, 4096-token byte-level BPE; fastest smoke tests",
     "builtin:tiny-qwen2.5": "2-layer 64-wide Qwen2 (random init) with the real 151k Qwen2.5 tokenizer",
@@ -52,6 +53,59 @@ def cache_dir() -> Path:
         return Path(os.environ["AGENTBRIDGE_CACHE"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base).expanduser() / "agentbridge"
+
+
+_USED: dict[str, str] = {}     # cache entries this process used: what -> directory
+_TOKEN_FILE = ".no-cache-token"  # in an entry rebuilt under AGENTBRIDGE_NO_CACHE: the token it was rebuilt for
+
+
+def cache_key(*parts: object, code: tuple[Path | str, ...] = (), packages: tuple[str, ...] = ()) -> str:
+    """A 16-hex key over everything that builds a cache entry: its inputs, the building code's files (their
+    bytes) and the versions of the packages it builds with."""
+    import hashlib
+    from importlib import metadata
+
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(repr(part).encode() + b"\0")
+    for file in code:
+        h.update(Path(file).read_bytes() + b"\0")
+    for dist in packages:
+        try:
+            h.update(f"{dist}=={metadata.version(dist)}".encode() + b"\0")
+        except metadata.PackageNotFoundError:
+            h.update(f"{dist}: absent".encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def no_cache_token() -> str | None:
+    """The token of a ``--no-cache`` run (``AGENTBRIDGE_NO_CACHE``): every entry it uses is rebuilt once for it,
+    whichever of its processes gets there first."""
+    token = os.environ.get("AGENTBRIDGE_NO_CACHE", "")
+    return None if token in ("", "0") else token
+
+
+def use_cache_entry(what: str, path: Path) -> bool:
+    """Record that this run uses cache entry ``path`` for ``what``; True when the entry may be reused as it is
+    (False under ``--no-cache`` until it has been rebuilt for this run: see ``mark_built``)."""
+    _USED[what] = str(path)
+    token = no_cache_token()
+    if token is None:
+        return True
+    marker = path / _TOKEN_FILE
+    return marker.is_file() and marker.read_text() == token
+
+
+def mark_built(path: Path) -> None:
+    """Note in a freshly built entry which ``--no-cache`` run built it (nothing outside such a run)."""
+    token = no_cache_token()
+    if token is not None:
+        (path / _TOKEN_FILE).write_text(token)
+
+
+def cache_entries_used() -> dict[str, str]:
+    """Every cache entry this process used (``what`` -> directory), for run manifests."""
+    return dict(_USED)
 
 
 def chat_template(name: str = "qwen2_5") -> str:
@@ -208,22 +262,33 @@ def _save(name: str, out: Path, tok: Any, model: Any) -> None:
     (out / "agentbridge.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
+def builtin_key(name: str) -> str:
+    """The cache key of builtin ``name``: this module's code, its templates, the Python standard library's
+    version (the tokenizer's corpus) and the versions of the libraries that build it."""
+    templates = importlib.resources.files("agentbridge") / "templates"
+    code = (Path(__file__), *(Path(str(templates / f)) for f in ("qwen2_5.jinja", "qwen2_5_vl.jinja")))
+    return cache_key(name, RECIPE_VERSION, sys.version_info[:3], code=code,
+                     packages=("torch", "transformers", "tokenizers", "tiktoken"))
+
+
 def _builtin_dir(name: str) -> Path:
     """Return the cached build of builtin ``name``, building it under a file lock if absent."""
     root = cache_dir() / "models"
-    target = root / f"{name.removeprefix('builtin:')}-v{RECIPE_VERSION}"
-    if (target / "agentbridge.json").is_file():
+    target = root / f"{name.removeprefix('builtin:')}-{builtin_key(name)}"
+    if use_cache_entry(name, target) and (target / "agentbridge.json").is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f"{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if (target / "agentbridge.json").is_file():  # another process built it meanwhile
+            # another process (of this --no-cache run, if it is one) may have built it meanwhile
+            if use_cache_entry(name, target) and (target / "agentbridge.json").is_file():
                 return target
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
             try:
                 tmp.chmod(0o755)
                 _build(name, tmp)
+                mark_built(tmp)
                 shutil.rmtree(target, ignore_errors=True)  # stale partial dir, if any
                 os.replace(tmp, target)
             finally:

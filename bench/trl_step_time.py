@@ -17,7 +17,7 @@ ratio B/A, and tokens per step so the reader can see the work was comparable.
 
     python bench/trl_step_time.py [--steps 5] [--repeats 3] [--threads 1] [--quick]
 
-The warm start (plain-torch SFT on the environment's scripted demonstrations, with ``agentbridge_trl.warm_start``'s
+The warm start (plain-torch SFT on the environment's scripted demonstrations, with ``agentbridge.training.warm_start``'s
 demonstrations and prefix-shared loss) runs once and is cached in ``--workdir`` (default ``$AGENTBRIDGE_CACHE/bench``
 or ``~/.cache/agentbridge/bench``). Both arms run with ``--threads`` torch threads (default 1: on a shared 2-core
 machine two OpenMP threads contend with other jobs and run several times slower and noisier).
@@ -190,7 +190,7 @@ def warm_checkpoint(spec: Any, workdir: Path, demos: int, steps: int, minutes: f
 
     from agentbridge.models import resolve_model_path
     from agentbridge.rollout.agent import Agent
-    from agentbridge_trl.warm_start import demonstrations, prefix_shared_loss, sft_rows
+    from agentbridge.training.warm_start import demonstrations, prefix_shared_loss, sft_rows
 
     key = hashlib.sha256(f"{spec.model.path}|{demos}|{steps}|{minutes}|{spec.seed}".encode()).hexdigest()[:10]
     out = workdir / f"calculator-warm-{key}"
@@ -284,7 +284,8 @@ def run_b(ckpt: Path, spec: Any, train_tasks: list[Any], kwargs: dict[str, Any],
     from transformers import AutoModelForCausalLM, PrinterCallback
 
     from agentbridge.rollout.agent import Agent
-    from agentbridge_trl.trainer import RunLogger, build_trainer
+    from agentbridge.training.logger import RunLogger
+    from agentbridge_trl.trainer import build_trainer
 
     spec_b = spec.model_copy(update={"model": spec.model.model_copy(update={"path": str(ckpt)})})
     agent = Agent.from_spec(spec_b)
@@ -302,7 +303,7 @@ def run_b(ckpt: Path, spec: Any, train_tasks: list[Any], kwargs: dict[str, Any],
                 "reward": statistics.mean(t.reward_components.get("math/exact_answer", 0.0) for t in trajs)}
 
     stats = StepStats(tokens)
-    trainer, holder["rollout"] = build_trainer(agent, model, kwargs, train_tasks, RunLogger(run_dir))
+    trainer, holder["rollout"] = build_trainer(agent, model, kwargs, train_tasks, RunLogger(run_dir, prefix="trl"))
     trainer.add_callback(stats.callback)
     trainer.remove_callback(PrinterCallback)
     trainer.train()

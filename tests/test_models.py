@@ -47,7 +47,7 @@ def test_tiny_builds_and_loads(tiny_cache: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model_path("builtin:tiny")
-    assert path.parent == tiny_cache / "models" and path.name.endswith(f"-v{models.RECIPE_VERSION}")
+    assert path.parent == tiny_cache / "models" and path.name == f"tiny-{models.builtin_key('builtin:tiny')}"
     meta = json.loads((path / "agentbridge.json").read_text())
     assert meta["name"] == "builtin:tiny" and meta["vocab_size"] == 4096
     built = [p.name for p in (tiny_cache / "models").iterdir() if not p.name.endswith(".lock")]

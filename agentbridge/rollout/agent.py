@@ -36,7 +36,7 @@ def check_ids(spec: Spec, plugins: Plugins | None = None) -> list[str]:
     for i, reward in enumerate(spec.reward):
         need("rewards", reward.id, f"reward[{i}].id")
     need("tool_parsers", spec.model.tool_call_format, "model.tool_call_format")
-    for split in ("train", "eval"):
+    for split in ("train", "eval", "dev"):
         ds = getattr(spec.data, split)
         if ds is not None and ds.id is not None:
             need("datasets", ds.id, f"data.{split}.id")
@@ -74,7 +74,7 @@ def read_tasks_jsonl(path: str | Path) -> list[Task]:
 
 def load_tasks(spec: Spec, split: str = "train", size: int | None = None,
                plugins: Plugins | None = None) -> list[Task]:
-    """The train or eval tasks named in ``spec.data`` (empty when that split is not set)."""
+    """The train, eval or dev tasks named in ``spec.data`` (empty when that split is not set)."""
     ds: DatasetSpec | None = getattr(spec.data, split)
     if ds is None:
         return []
@@ -127,7 +127,7 @@ class Agent:
         return self.env_factory(**kwargs)
 
     def tasks(self, split: str = "train", size: int | None = None) -> list[Task]:
-        """The train or eval tasks named in ``data``."""
+        """The train, eval or dev tasks named in ``data``."""
         if getattr(self.spec.data, split) is None:
             raise ValueError(f"data.{split} is not set in the spec")
         return load_tasks(self.spec, split, size, self.plugins)

@@ -71,17 +71,28 @@ class DatasetSpec(_Strict):
 
 class DataSpec(_Strict):
     train: DatasetSpec
-    eval: DatasetSpec | None = None
+    eval: DatasetSpec | None = Field(None, description="Held-out tasks: every evaluation arm is scored on them")
+    dev: DatasetSpec | None = Field(None, description="Tasks the warm start checks to decide when to stop; "
+                                                      "distinct from train and eval")
 
 
 class WarmStartSpec(_Strict):
-    """Supervised warm start on the environment's scripted demonstrations before RL."""
+    """Supervised warm start on the environment's scripted demonstrations before RL.
+
+    It stops when greedy success on ``data.dev`` reaches ``target`` (checked every ``dev_every`` steps), or at
+    ``max_steps`` (default: ``epochs`` passes over the demonstrations) or ``max_minutes``, whichever comes first.
+    """
 
     demos: PositiveInt = 2000
     epochs: PositiveInt = 1
     lr: float = Field(1e-3, gt=0)
     batch_size: PositiveInt = 32
+    target: float | None = Field(None, gt=0, le=1, description="Stop at this dev success (needs data.dev)")
+    dev_every: PositiveInt = Field(50, description="SFT steps between dev checks")
+    max_steps: PositiveInt | None = Field(None, description="Step cap (default: epochs over the demonstrations)")
     max_minutes: float | None = Field(None, gt=0)
+    control: bool = Field(False, description="Also train an SFT-only control arm for RL's wall time and "
+                                             "compare it with RL on the held-out tasks")
 
 
 class AlgorithmSpec(_Strict):
@@ -127,4 +138,9 @@ class Spec(_Strict):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"reward ids must be unique; repeated: {', '.join(dupes)}")
+        ws = self.algorithm.warm_start
+        if ws is not None and ws.target is not None and self.data.dev is None:
+            raise ValueError("algorithm.warm_start.target needs data.dev: the tasks its dev success is measured on")
+        if ws is not None and ws.control and self.data.eval is None:
+            raise ValueError("algorithm.warm_start.control needs data.eval: the arms are compared on held-out tasks")
         return self

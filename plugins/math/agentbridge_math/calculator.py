@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import warnings
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -43,7 +44,9 @@ def evaluate(expression: str) -> str:
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(f"expression is longer than {MAX_EXPRESSION_CHARS} characters")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        with warnings.catch_warnings():  # e.g. "3 (4)" warns "'int' object is not callable" while parsing
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError:
         raise ValueError(f"not an arithmetic expression: {expression!r}") from None
     value = _eval(tree)

@@ -21,9 +21,10 @@ _SECOND = [
 ]
 
 
-def _is_eval(prompt: str) -> bool:
-    """A fixed 10% of all possible prompts is held out for evaluation, whatever the seed."""
-    return hashlib.sha256(prompt.encode()).digest()[0] < 26
+def _split_of(prompt: str) -> str:
+    """Each possible prompt belongs to one split, whatever the seed: 10% eval, 10% dev, the rest train."""
+    band = hashlib.sha256(prompt.encode()).digest()[0]
+    return "eval" if band < 26 else "dev" if band < 52 else "train"
 
 
 def _problem(rng: random.Random) -> tuple[str, list[str], int]:
@@ -49,16 +50,16 @@ def eval_int(expression: str) -> int:
 
 
 def arithmetic_tasks(split: str = "train", size: int = 100, seed: int = 0, two_step: bool = True) -> list[Task]:
-    """``size`` problems of ``split`` (train | eval): same seed, same problems; eval never overlaps train."""
-    if split not in ("train", "eval", "test"):
-        raise ValueError(f"split must be train or eval, got {split!r}")
+    """``size`` problems of ``split`` (train | dev | eval): same seed, same problems; the splits never overlap."""
+    if split not in ("train", "dev", "eval", "test"):
+        raise ValueError(f"split must be train, dev or eval, got {split!r}")
     rng = random.Random(f"math-{seed}-{split}")
-    held_out = split != "train"
+    band = "eval" if split == "test" else split
     tasks: list[Task] = []
     seen: set[str] = set()
     while len(tasks) < size:
         prompt, steps, answer = _problem(rng)
-        if (not two_step and len(steps) > 1) or _is_eval(prompt) != held_out or prompt in seen:
+        if (not two_step and len(steps) > 1) or _split_of(prompt) != band or prompt in seen:
             continue
         seen.add(prompt)
         tasks.append(Task(id=f"math-{split}-{seed}-{len(tasks)}", prompt=prompt,

@@ -37,13 +37,26 @@ def test_tasks_are_seeded_and_splits_disjoint() -> None:
     assert [t.to_dict() for t in a] == [t.to_dict() for t in arithmetic_tasks("train", 300, seed=1)]
     assert [t.prompt for t in a] != [t.prompt for t in arithmetic_tasks("train", 300, seed=2)]
     held_out = {t.prompt for s in range(3) for t in arithmetic_tasks("eval", 200, seed=s)}
-    assert not held_out & {t.prompt for t in a}
+    dev = {t.prompt for s in range(3) for t in arithmetic_tasks("dev", 200, seed=s)}
+    assert not held_out & {t.prompt for t in a} and not dev & {t.prompt for t in a} and not dev & held_out
+    assert len(dev) > 500 and len(held_out) > 500
+
     assert any(len(t.data["steps"]) == 2 for t in a) and any(len(t.data["steps"]) == 1 for t in a)
     for t in a:
         last = t.data["steps"][0]
         if len(t.data["steps"]) == 2:
             last = t.data["steps"][1].format(prev=f"({last})")
         assert evaluate(last) == t.data["answer"]
+
+
+@pytest.mark.parametrize("expr", ['"\\d"', "1and 2", "0x1for"])
+def test_evaluate_is_silent_on_odd_literals(expr: str) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a SyntaxWarning from parsing would fail here
+        with pytest.raises(ValueError):
+            evaluate(expr)
 
 
 def test_expert_solves_every_task() -> None:

@@ -1,0 +1,137 @@
+"""The learning experiment every training job runs, whatever the backend.
+
+Held-out success is measured on the same tasks for up to four arms — ``before_training``, ``before_rl`` (after
+the warm start), ``after_rl`` and ``sft_control`` (the warm start continued with SFT for RL's wall time) — and RL
+is compared with the warm start and with the control by the exact McNemar test. The backend supplies only its RL
+phase: a callable that trains the given model in place.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentbridge.env import Task
+from agentbridge.rollout.agent import Agent
+from agentbridge.training.evaluate import EvalResult, evaluate
+from agentbridge.training.stats import mcnemar_exact
+from agentbridge.training.warm_start import SFTRun, continue_sft, demonstrations, dev_tasks, sft_rows, warm_start
+
+ARMS = ("before_training", "before_rl", "after_rl", "sft_control")
+
+
+def paired_tests(evals: dict[str, EvalResult]) -> dict[str, Any]:
+    """``rl_vs_warm_start_p`` and ``rl_vs_control_p`` (None when an arm is missing), with discordant counts."""
+    out: dict[str, Any] = {"rl_vs_warm_start_p": None, "rl_vs_control_p": None}
+    rl = evals.get("after_rl")
+    for key, other in (("rl_vs_warm_start", "before_rl"), ("rl_vs_control", "sft_control")):
+        if rl is not None and other in evals:
+            test = mcnemar_exact(rl.scores, evals[other].scores)
+            out[f"{key}_p"] = test["p"]
+            out[key] = {"rl_only": int(test["a_only"]), f"{other}_only": int(test["b_only"])}
+    return out
+
+
+def write_evals(run_dir: Path, evals: dict[str, EvalResult]) -> dict[str, Any]:
+    """``eval.json`` (one object per arm, then ``paired``) and ``eval_scores.jsonl`` (every task's score per arm)."""
+    summary: dict[str, Any] = {name: evals[name].summary() for name in ARMS if name in evals}
+    summary["paired"] = paired_tests(evals)
+    (run_dir / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if evals:
+        first = next(iter(evals.values()))
+        with (run_dir / "eval_scores.jsonl").open("w") as f:
+            for i, task_id in enumerate(first.task_ids):
+                f.write(json.dumps({"task_id": task_id, **{n: r.scores[i] for n, r in evals.items()}}) + "\n")
+    return summary
+
+
+class Experiment:
+    """Runs the arms around a backend's RL phase and writes ``eval.json``, ``warm_start.json`` and progress.
+
+    ``say(text)`` prints a line; ``progress(label, total)`` returns an ``update(step, info)`` function for a bar.
+    """
+
+    def __init__(self, agent: Agent, model: Any, run_dir: Path, eval_tasks: list[Task], *,
+                 say: Callable[[str], None], progress: Callable[[str, int | None], Callable[[int, str, bool], None]]) -> None:
+        self.agent, self.model, self.run_dir, self.eval_tasks = agent, model, run_dir, eval_tasks
+        self.say, self.progress = say, progress
+        self.evals: dict[str, EvalResult] = {}
+        self.sft: SFTRun | None = None
+        self.snapshot: dict[str, Any] | None = None
+        self.rl_seconds = 0.0
+
+    def evaluate(self, arm: str) -> EvalResult | None:
+        if not self.eval_tasks:
+            return None
+        self.say(f"evaluating {arm} on {len(self.eval_tasks)} held-out tasks (greedy)")
+        result = evaluate(self.agent, self.model, self.eval_tasks)
+        self.evals[arm] = result
+        s = result.summary()
+        self.say(f"  {arm}: {s['mean']:.3f} [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] (n={s['n']}, "
+                 f"{result.seconds:.0f} s)")
+        write_evals(self.run_dir, self.evals)
+        return result
+
+    def warm_start(self) -> None:
+        """SFT on the scripted expert's demonstrations until dev success reaches the target (or a cap)."""
+        ws = self.agent.spec.algorithm.warm_start
+        if ws is None:
+            return
+        self.say(f"warm start: {ws.demos} scripted demonstrations")
+        demos = demonstrations(self.agent, ws.demos)
+        pad = self.agent.tokenizer.pad_token_id
+        self.sft = SFTRun(self.model, sft_rows(demos), lr=ws.lr, batch_size=ws.batch_size, seed=self.agent.spec.seed,
+                          pad_id=pad if pad is not None else self.agent.tokenizer.eos_token_id)
+        dev = None
+        if ws.target is not None:
+            tasks = dev_tasks(self.agent, self.agent.spec.data.dev.size or 200)  # type: ignore[union-attr]
+            dev = lambda: evaluate(self.agent, self.model, tasks).mean  # noqa: E731
+            self.say(f"  stops at dev success {ws.target:.2f} (checked on {len(tasks)} dev tasks every "
+                     f"{ws.dev_every} steps)")
+        update = self.progress("SFT", None)
+
+        info = ""
+
+        def on_progress(step: int, cap: int, loss: float, dev_success: float | None) -> None:
+            nonlocal info
+            info = f"loss {loss:.3f}" + (f"  dev {dev_success:.3f}" if dev_success is not None else "")
+            update(step, info, False)
+
+        result = warm_start(self.sft, ws, dev=dev, on_progress=on_progress)
+        update(result.steps, info, True)
+        (self.run_dir / "warm_start.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        last = f", dev {result.dev[-1]['success']:.3f}" if result.dev else ""
+        self.say(f"  warm start stopped ({result.stopped}) after {result.steps} steps, {result.seconds:.0f} s{last}")
+        if ws.control and self.eval_tasks:
+            self.snapshot = self.sft.snapshot()
+
+    def rl(self, train: Callable[[], None]) -> None:
+        started = time.perf_counter()
+        train()
+        self.rl_seconds = time.perf_counter() - started
+
+    def control(self) -> None:
+        """The SFT-only control: the warm start continued for RL's wall time, from the same weights."""
+        if self.sft is None or self.snapshot is None:
+            return
+        self.say(f"SFT-only control: {self.rl_seconds:.0f} s of more SFT from the warm start (RL's wall time)")
+        self.sft.restore(self.snapshot)
+        update = self.progress("SFT control", None)
+        steps = continue_sft(self.sft, self.rl_seconds,
+                             on_progress=lambda n, loss: update(n, f"loss {loss:.3f}", False))
+        update(steps, f"loss {self.sft.loss:.3f}", True)
+        warm = json.loads((self.run_dir / "warm_start.json").read_text())
+        warm["control"] = {"steps": steps, "seconds": round(self.rl_seconds, 2), "loss": self.sft.loss}
+        (self.run_dir / "warm_start.json").write_text(json.dumps(warm, indent=2) + "\n")
+        self.evaluate("sft_control")
+
+    def conclude(self) -> dict[str, Any]:
+        summary = write_evals(self.run_dir, self.evals)
+        paired = summary["paired"]
+        for key, label in (("rl_vs_warm_start", "RL vs warm start"), ("rl_vs_control", "RL vs SFT control")):
+            if paired.get(f"{key}_p") is not None:
+                self.say(f"  {label}: McNemar exact p = {paired[f'{key}_p']:.2g} ({paired[key]})")
+        return summary

@@ -1,0 +1,83 @@
+"""The per-run metrics logger: one ``metrics.jsonl`` row per training step in the normalized names (DESIGN §8),
+``episodes.jsonl`` summaries, and every row handed to the ``on_metrics`` hook."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentbridge.rollout.trajectory import Trajectory
+from agentbridge.runs import append_jsonl, episode_metrics
+
+EPISODES_WITH_TOKENS_PER_STEP = 2  # full token-level trajectories kept per step in episodes.jsonl
+
+
+def peak_memory_gb() -> float:
+    """Peak accelerator memory when CUDA is in use, else the process's peak resident memory."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.max_memory_allocated() / 1e9
+    except ImportError:
+        pass
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / (1e9 if sys.platform == "darwin" else 1e6)
+
+
+class RunLogger:
+    """Collects each step's trajectories; ``log(step, backend_logs)`` writes the step's rows.
+
+    Backend metrics (loss, KL, grad norm, ...) are kept under ``<prefix>/<name>``; ``on_row`` sees each row (a
+    progress display), and the plugins' ``on_metrics`` hook receives it.
+    """
+
+    def __init__(self, run_dir: Path, *, prefix: str, on_row: Callable[[dict[str, float]], None] | None = None,
+                 plugins: Any = None) -> None:
+        self.run_dir = run_dir
+        self.prefix = prefix
+        self.pending: list[Trajectory] = []
+        self.rollout_s = 0.0
+        self.step_started = time.perf_counter()
+        self.on_row = on_row
+        self.plugins = plugins
+        self.rows: list[dict[str, float]] = []
+
+    def add_batch(self, trajs: list[Trajectory], rollout_s: float) -> None:
+        self.pending += trajs
+        self.rollout_s += rollout_s
+
+    def log(self, step: int, backend_logs: dict[str, Any]) -> dict[str, float] | None:
+        """Write the row of ``step`` from the episodes collected since the last row; None when there were none."""
+        if not self.pending:
+            return None
+        trajs, self.pending = self.pending, []
+        step_s = time.perf_counter() - self.step_started
+        self.step_started = time.perf_counter()
+        tokens = sum(len(t.response_ids) + len(t.prompt_ids) for t in trajs)
+        row: dict[str, float] = {"step": step, **episode_metrics(trajs)}
+        row.update({
+            "time/step_s": step_s,
+            "time/rollout_s": self.rollout_s,
+            "time/generate_s": sum(t.metrics.get("time/generate_s", 0.0) for t in trajs) / len(trajs),
+            "time/env_s": sum(t.metrics.get("time/env_s", 0.0) for t in trajs) / len(trajs),
+            "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
+            "memory/peak_gb": peak_memory_gb(),
+        })
+        row.update({f"{self.prefix}/{k}": float(v) for k, v in backend_logs.items()
+                    if isinstance(v, int | float) and not isinstance(v, bool)})
+        self.rollout_s = 0.0
+        append_jsonl(self.run_dir / "metrics.jsonl", row)
+        for i, t in enumerate(trajs):
+            append_jsonl(self.run_dir / "episodes.jsonl",
+                         {"step": step, **t.to_dict(tokens=i < EPISODES_WITH_TOKENS_PER_STEP)})
+        self.rows.append(row)
+        if self.plugins is not None:
+            self.plugins.hook.on_metrics(step=step, metrics=row, run=self.run_dir)
+        if self.on_row is not None:
+            self.on_row(row)
+        return row
