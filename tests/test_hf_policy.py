@@ -54,3 +54,21 @@ def test_budgets_differ_within_one_batch(policy: HFPolicy, tiny_tokenizer: Any) 
 
     short, long = asyncio.run(main())
     assert len(short.token_ids) <= 3 and short.token_ids == long.token_ids[: len(short.token_ids)]
+
+
+def test_shared_prompt_prefix_runs_once_with_the_same_result(policy: HFPolicy, tiny_tokenizer: Any) -> None:
+    """A batch whose prompts share a long prefix (system prompt, tools) generates what each prompt alone does."""
+    from agentbridge.rollout.hf_policy import MIN_SHARED_PREFIX, shared_prefix_length
+
+    system = tiny_tokenizer.encode("<|im_start|>system\nSolve the arithmetic problem with the calculator. " * 3,
+                                   add_special_tokens=False)
+    questions = ["Add 15 and 27.", "Divide 108 by 9, then add 4.", "What is 7 plus 8?"]
+    prompts = [system + tiny_tokenizer.encode(q, add_special_tokens=False) for q in questions]
+    assert shared_prefix_length(prompts) >= MIN_SHARED_PREFIX
+    greedy = SamplingParams(temperature=0.0, max_tokens=10)
+    together = policy.generate_batch(prompts, [10] * 3, greedy, None)
+    for prompt, out in zip(prompts, together, strict=True):
+        alone = policy.generate_batch([prompt], [10], greedy, None)[0]
+        assert out.token_ids == alone.token_ids
+        assert out.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    assert shared_prefix_length([[1, 2, 3], [1, 2, 3]]) == 2  # each row keeps a token of its own

@@ -45,22 +45,48 @@ class HFPolicy(BatchingPolicy):
 
         if images:
             raise ValueError("HFPolicy serves text models; images need a VLM policy (model + processor)")
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        device = next(self.model.parameters()).device
+        shared = shared_prefix_length(prompts)
         greedy = sampling.temperature <= 0
         kwargs: dict[str, Any] = {"do_sample": not greedy}
         if not greedy:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
-        device = next(self.model.parameters()).device
         with self._lock, torch.no_grad():
+            if shared >= MIN_SHARED_PREFIX and len(prompts) > 1:
+                # The prompts' common prefix (system prompt, tool schemas) is run once and its cache repeated over
+                # the batch; each row's own tokens follow it after left padding inside the row, and generate's
+                # position ids (the attention mask's running count) continue the prefix's, as without padding.
+                prefix = self.model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True)
+                cache = prefix.cache
+                cache.batch_repeat_interleave(len(prompts))
+                kwargs["cache"] = cache
+            else:
+                shared = 0
+            rests = [p[shared:] for p in prompts]
+            width = max(len(r) for r in rests)
+            head = prompts[0][:shared]
+            ids = torch.tensor([head + [self.pad_id] * (width - len(r)) + r for r in rests])
+            mask = torch.tensor([[1] * shared + [0] * (width - len(r)) + [1] * len(r) for r in rests])
             out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                                       max_new_tokens=max(budgets), eos_token_id=self.eos_id, pad_token_id=self.pad_id,
                                       output_logits=True, return_dict_in_generate=True, **kwargs)
-        new = out.sequences[:, width:]
+        new = out.sequences[:, shared + width:]
         logits = torch.stack(out.logits, dim=1).float()
         if not greedy:
             logits = logits / sampling.temperature
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
         return [cut_at_eos(row, lp, budget, self.eos_id)
                 for row, lp, budget in zip(new.tolist(), logprobs.tolist(), budgets, strict=True)]
+
+
+MIN_SHARED_PREFIX = 32  # shorter common prefixes are not worth a separate forward
+
+
+def shared_prefix_length(prompts: list[list[int]]) -> int:
+    """Length of the prefix every prompt shares, leaving each prompt at least one token of its own."""
+    shortest = min(len(p) for p in prompts)
+    first = prompts[0]
+    n = 0
+    while n < shortest - 1 and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n

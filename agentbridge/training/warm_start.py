@@ -88,7 +88,8 @@ def _body_and_head(model: Any) -> tuple[Any, Any]:
 
 
 class SFTRun:
-    """A resumable SFT loop over fixed rows: seeded epoch order, AdamW, constant lr after a linear warm-up.
+    """A resumable SFT loop over fixed rows: seeded epoch order, AdamW, constant lr after a linear warm-up,
+    gradients clipped to norm 1.
 
     ``snapshot()``/``restore()`` keep the weights, optimizer and data position, so a control arm can continue
     exactly where the warm start stopped.
@@ -129,9 +130,12 @@ class SFTRun:
 
     def train_step(self) -> float:
         """One optimizer step on the next batch; returns its loss."""
+        import torch
+
         self.model.train()
         loss = prefix_shared_loss(self.model, self._batch())
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

