@@ -209,3 +209,29 @@ def test_tiny_vl_builds_deterministically(tmp_path: Path, monkeypatch: pytest.Mo
     processor = models.load_image_processor(str(second))
     assert processor.size["longest_edge"] == models.TINY_VL_MAX_PIXELS and processor.merge_size == 2
     assert models.load_image_processor("builtin:tiny") is None and not models.is_vlm("builtin:tiny")
+
+
+def test_cache_key_covers_inputs_code_and_packages(tmp_path: Path) -> None:
+    code = tmp_path / "builder.py"
+    code.write_text("def build(): return 1\n")
+    key = models.cache_key("builtin:tiny", 2, code=(code,), packages=("torch",))
+    assert key == models.cache_key("builtin:tiny", 2, code=(code,), packages=("torch",))
+    assert key != models.cache_key("builtin:tiny", 3, code=(code,), packages=("torch",))
+    assert key != models.cache_key("builtin:tiny", 2, code=(code,), packages=("torch", "transformers"))
+    code.write_text("def build(): return 2\n")  # the building code changed: a new entry
+    assert key != models.cache_key("builtin:tiny", 2, code=(code,), packages=("torch",))
+    assert models.builtin_key("builtin:tiny") != models.builtin_key("builtin:tiny-qwen2.5")
+
+
+def test_no_cache_rebuilds_each_entry_once_per_run(tiny_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = resolve_model_path("builtin:tiny")
+    built = (path / "agentbridge.json").stat().st_mtime_ns
+    monkeypatch.setenv("AGENTBRIDGE_NO_CACHE", "run-1")
+    assert resolve_model_path("builtin:tiny") == path
+    rebuilt = (path / "agentbridge.json").stat().st_mtime_ns
+    assert rebuilt != built and (path / ".no-cache-token").read_text() == "run-1"
+    assert resolve_model_path("builtin:tiny") == path  # the same run (any of its processes) reuses its rebuild
+    assert (path / "agentbridge.json").stat().st_mtime_ns == rebuilt
+    assert models.cache_entries_used()["builtin:tiny"] == str(path)
+    monkeypatch.delenv("AGENTBRIDGE_NO_CACHE")
+    assert resolve_model_path("builtin:tiny") == path and (path / "agentbridge.json").stat().st_mtime_ns == rebuilt

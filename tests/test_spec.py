@@ -30,7 +30,16 @@ def test_example_loads() -> None:
     spec = load_spec("examples/calculator.yaml")
     assert spec.environment.id == "math/calculator" and spec.reward[0].weight == 1.0
     assert spec.algorithm.name == "dapo" and spec.agent.max_tokens_per_turn == 48
-    assert spec.algorithm.warm_start is not None and spec.algorithm.warm_start.demos == 4800
+    ws = spec.algorithm.warm_start
+    assert ws is not None and ws.demos == 8000 and ws.target == 0.35 and ws.control
+    assert spec.data.dev is not None and spec.data.dev.split == "dev"
+
+
+def test_warm_start_target_needs_dev_and_control_needs_eval() -> None:
+    with pytest.raises(SpecError, match="needs data.dev"):
+        load_spec("examples/calculator.yaml", ["data.dev=null"])
+    with pytest.raises(SpecError, match="needs data.eval"):
+        load_spec("examples/calculator.yaml", ["data.eval=null"])
 
 
 def test_wrong_type_names_file_field_and_line(tmp_path: Path) -> None:

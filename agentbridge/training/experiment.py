@@ -55,7 +55,8 @@ class Experiment:
     """
 
     def __init__(self, agent: Agent, model: Any, run_dir: Path, eval_tasks: list[Task], *,
-                 say: Callable[[str], None], progress: Callable[[str, int | None], Callable[[int, str, bool], None]]) -> None:
+                 say: Callable[[str], None],
+                 progress: Callable[[str, int | None], Callable[[int, str, bool], None]]) -> None:
         self.agent, self.model, self.run_dir, self.eval_tasks = agent, model, run_dir, eval_tasks
         self.say, self.progress = say, progress
         self.evals: dict[str, EvalResult] = {}
@@ -131,7 +132,10 @@ class Experiment:
     def conclude(self) -> dict[str, Any]:
         summary = write_evals(self.run_dir, self.evals)
         paired = summary["paired"]
-        for key, label in (("rl_vs_warm_start", "RL vs warm start"), ("rl_vs_control", "RL vs SFT control")):
+        for key, other, label in (("rl_vs_warm_start", "before_rl", "the warm start"),
+                                  ("rl_vs_control", "sft_control", "the SFT control")):
             if paired.get(f"{key}_p") is not None:
-                self.say(f"  {label}: McNemar exact p = {paired[f'{key}_p']:.2g} ({paired[key]})")
+                counts = paired[key]
+                self.say(f"  RL vs {label}: McNemar exact p = {paired[f'{key}_p']:.2g} ({counts['rl_only']} tasks "
+                         f"solved only after RL, {counts[f'{other}_only']} only by {label})")
         return summary

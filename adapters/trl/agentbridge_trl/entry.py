@@ -56,7 +56,8 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     grpo_kwargs["output_dir"] = str(run_dir / "trainer")
 
     def say(text: str) -> None:
-        console.print(("[bold cyan]▸[/] " + text) if not text.startswith(" ") else text, highlight=False)
+        console.print(("[bold cyan]▸[/] " + text) if not text.startswith(" ") else text, highlight=False,
+                      soft_wrap=True)
 
     say(f"loading {spec.model.path}")
     agent = Agent.from_spec(spec)
@@ -82,12 +83,17 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
         bar = bars.add_task(label, total=total, info="")
         every = 5 if label == "GRPO" else 50
 
+        printed = {"step": -1}
+
         def update(step: int, info: str, done: bool = False) -> None:
             bars.update(bar, completed=step, info=info, **({"total": step} if done else {}))
             if done:
                 bars.stop_task(bar)
-            if not console.is_terminal and (step % every == 0 or done):  # logs and pipes get a line now and then
-                console.print(f"  {label} step {step}{'/' + str(total) if total else ''}  {info}", highlight=False)
+            # logs and pipes get a line now and then, and the last one
+            if not console.is_terminal and (step % every == 0 or done) and step != printed["step"]:
+                printed["step"] = step
+                console.print(f"  {label} step {step}{'/' + str(total) if total else ''}  {info}", highlight=False,
+                              soft_wrap=True)
         return update
 
     with bars:
