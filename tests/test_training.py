@@ -91,11 +91,15 @@ def test_sft_run_restores_weights_optimizer_and_data_position() -> None:
 
 def test_warm_start_stops_on_dev_target_or_caps() -> None:
     run = SFTRun(_tiny_lm(), _rows(16), lr=1e-3, batch_size=4, pad_id=0)
-    checks = iter([0.0, 0.1, 0.4, 0.9])
-    ws = WarmStartSpec(target=0.35, dev_every=2, max_steps=50)
+    checks = iter([0.0, 0.05, 0.1, 0.2, 0.4, 0.9])
+    ws = WarmStartSpec(target=0.35, dev_every=10, max_steps=100)
     result = warm_start(run, ws, dev=lambda: next(checks))
-    assert (result.stopped, result.steps) == ("target", 6)
-    assert [d["step"] for d in result.dev] == [2, 4, 6] and result.dev[-1]["success"] == 0.4
+    assert (result.stopped, result.steps) == ("target", 34)  # every 10 steps, every 2 once dev >= 0.35 / 4
+    assert [d["step"] for d in result.dev] == [10, 20, 30, 32, 34] and result.dev[-1]["success"] == 0.4
+    run = SFTRun(_tiny_lm(), _rows(16), lr=1e-3, batch_size=4, pad_id=0)
+    checks = iter([0.0, 0.1, 0.4, 0.9])
+    result = warm_start(run, WarmStartSpec(target=0.35, dev_every=2, max_steps=50), dev=lambda: next(checks))
+    assert (result.stopped, [d["step"] for d in result.dev]) == ("target", [2, 4, 5])
     result = warm_start(SFTRun(_tiny_lm(), _rows(16), lr=1e-3, batch_size=4, pad_id=0),
                         WarmStartSpec(target=0.5, dev_every=2, max_steps=5), dev=lambda: 0.0)
     assert (result.stopped, result.steps) == ("max_steps", 5) and len(result.dev) == 3  # steps 2, 4 and the last

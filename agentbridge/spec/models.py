@@ -79,8 +79,9 @@ class DataSpec(_Strict):
 class WarmStartSpec(_Strict):
     """Supervised warm start on the environment's scripted demonstrations before RL.
 
-    It stops when greedy success on ``data.dev`` reaches ``target`` (checked every ``dev_every`` steps), or at
-    ``max_steps`` (default: ``epochs`` passes over the demonstrations) or ``max_minutes``, whichever comes first.
+    It stops when greedy success on ``data.dev`` reaches ``target`` (checked every ``dev_every`` steps, and five
+    times as often once it passes a quarter of the target), or at ``max_steps`` (default: ``epochs`` passes over
+    the demonstrations) or ``max_minutes``, whichever comes first.
     """
 
     demos: PositiveInt = 2000

@@ -67,8 +67,8 @@ def write_report(run_dir: Path) -> Path:
             errs = [[m - evals[a]["ci95_low"] for a, m in zip(arms, means, strict=True)],
                     [evals[a]["ci95_high"] - m for a, m in zip(arms, means, strict=True)]]
             ax.bar(arms, means, yerr=errs, capsize=6, color=[ARM_COLORS[a] for a in arms])
-            for i, m in enumerate(means):
-                ax.text(i, m + 0.02, f"{m:.3f}", ha="center", fontsize=9)
+            for i, a in enumerate(arms):
+                ax.text(i, evals[a]["ci95_high"] + 0.02, f"{means[i]:.3f}", ha="center", fontsize=9)
             ax.set_ylabel(first["metric"])
             ax.set_title(f"Held-out success (greedy, same {first['n']} tasks, 95% Wilson CI)")
             ax.set_ylim(0, 1)
@@ -90,7 +90,10 @@ def write_report(run_dir: Path) -> Path:
         lines += ["## Warm start", "", text, ""]
         if dev:
             def draw_dev(ax: Any) -> None:
-                ax.plot([d["seconds"] for d in dev], [d["success"] for d in dev], marker="o")
+                ax.plot([d["seconds"] for d in dev], [d["success"] for d in dev], marker="o", label="dev success")
+                if warm.get("target") is not None:
+                    ax.axhline(warm["target"], color="#cc3333", linestyle="--", linewidth=1, label="target")
+                ax.legend(fontsize=8, loc="upper left")
                 ax.set_xlabel("warm-start wall time (s)")
                 ax.set_ylabel("dev success (greedy)")
                 ax.set_title("Warm start: dev success at each check")

@@ -162,6 +162,7 @@ class WarmStartResult:
     """What the warm start did: steps, time, last loss, every dev check, and why it stopped."""
 
     demonstrations: int
+    target: float | None = None
     steps: int = 0
     seconds: float = 0.0
     loss: float = math.nan
@@ -183,14 +184,19 @@ def max_steps(ws: WarmStartSpec, demos: int) -> int:
 def warm_start(run: SFTRun, ws: WarmStartSpec, *, dev: Callable[[], float] | None = None,
                on_progress: Progress | None = None) -> WarmStartResult:
     """Train until dev success reaches ``ws.target`` (checked every ``ws.dev_every`` steps), or a step/time cap."""
-    result = WarmStartResult(demonstrations=len(run.rows))
+    result = WarmStartResult(demonstrations=len(run.rows), target=ws.target)
     cap = max_steps(ws, len(run.rows))
     started = time.perf_counter()
     last_dev: float | None = None
+    checked = 0
     while True:
         run.train_step()
         elapsed = time.perf_counter() - started
-        if dev is not None and ws.target is not None and (run.step % ws.dev_every == 0 or run.step >= cap):
+        # learning is sudden: once dev success passes a quarter of the target, check five times as often
+        near = last_dev is not None and ws.target is not None and last_dev >= ws.target / 4
+        every = max(1, ws.dev_every // 5) if near else ws.dev_every
+        if dev is not None and ws.target is not None and (run.step - checked >= every or run.step >= cap):
+            checked = run.step
             last_dev = dev()
             elapsed = time.perf_counter() - started
             result.dev.append({"step": run.step, "seconds": round(elapsed, 2), "success": last_dev})

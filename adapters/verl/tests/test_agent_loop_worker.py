@@ -63,7 +63,9 @@ def test_sampled_rollout_batch_equals_the_driver(tmp_path: Path, tiny_model: tup
     # one sticky request id per episode, veRL's sampling settings plus the driver's per-turn budget
     ids = {rid for rid, _, _ in server.requests}
     assert len(ids) == len(recorder.trajectories)
-    assert all(p["max_tokens"] <= 12 and p["temperature"] == 1.0 and p["logprobs"] for _, _, p in server.requests)
+    temperature = load_spec(job.path / "spec.yaml").agent.sampling.temperature  # the spec's, through veRL's config
+    assert all(p["max_tokens"] <= 12 and p["temperature"] == temperature and p["logprobs"]
+               for _, _, p in server.requests)
 
 
 def test_scripted_tool_episodes_keep_masks_rewards_and_metrics(scripted_rollout: dict[str, Any]) -> None:
