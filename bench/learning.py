@@ -67,10 +67,10 @@ def draw(lines: list[dict[str, Any]], path: Path) -> None:
         e, pts = line["evals"], line["points"]
         tag = Path(line["run"]).name
         dev = line["dev"]
-        ax.plot([d["seconds"] for d in dev], [d["success"] for d in dev], color="#999", linestyle=":",
-                linewidth=1, label="warm start: dev checks" if i == 0 else None)
-        ax.plot([pts["before_training"], pts["before_rl"]], [e["before_training"]["mean"], e["before_rl"]["mean"]],
-                color="#33aa77", marker="o", label="warm start (held-out)" if i == 0 else None)
+        ax.plot([0.0] + [d["seconds"] for d in dev], [e["before_training"]["mean"]] + [d["success"] for d in dev],
+                color="#33aa77", linestyle=":", linewidth=1, label="warm start: dev checks" if i == 0 else None)
+        ax.plot([pts["before_rl"]], [e["before_rl"]["mean"]], color="#33aa77", marker="o", linestyle="", zorder=5,
+                label="after the warm start (held-out)" if i == 0 else None)
         ax.plot([pts["before_rl"], pts["after_rl"]], [e["before_rl"]["mean"], e["after_rl"]["mean"]],
                 color="#3377aa", marker="o", label="warm start + RL" if i == 0 else None)
         if "sft_control" in e:
