@@ -20,9 +20,10 @@ from agentbridge.training.logger import RunLogger
 from agentbridge_trl.config import grpo_config_kwargs
 from agentbridge_trl.trainer import build_trainer, load_model
 
-FLOOR = 0.2          # dev and held-out success the reduced warm start must reach, and RL must keep
-GUARD = ["seed=0", "algorithm.warm_start.demos=3000", f"algorithm.warm_start.target={FLOOR}",
-         "algorithm.warm_start.dev_every=30", "algorithm.warm_start.max_steps=450",
+TARGET = 0.3         # dev success (40 tasks) at which the reduced warm start stops
+FLOOR = 0.15         # held-out success (80 tasks) it must reach, and RL must keep; below TARGET for the dev noise
+GUARD = ["seed=0", "algorithm.warm_start.demos=3000", f"algorithm.warm_start.target={TARGET}",
+         "algorithm.warm_start.dev_every=30", "algorithm.warm_start.max_steps=700",  # it stops near 330 here
          "algorithm.warm_start.control=false", "data.dev.size=40", "data.eval.size=80", "algorithm.steps=3"]
 
 
@@ -40,7 +41,7 @@ def test_warm_start_reaches_the_floor_and_rl_keeps_it(tmp_path: Path) -> None:
     experiment = Experiment(agent, model, tmp_path, held_out, say=lines.append, progress=progress)
     experiment.warm_start()
     warm = json.loads((tmp_path / "warm_start.json").read_text())
-    assert warm["stopped"] == "target", f"the warm start never reached dev success {FLOOR}: {warm['dev']}"
+    assert warm["stopped"] == "target", f"the warm start never reached dev success {TARGET}: {warm['dev']}"
     before = evaluate(agent, model, held_out)
     assert before.mean >= FLOOR, f"held-out success after the warm start: {before.mean:.3f} < {FLOOR}"
     trainer, _ = build_trainer(agent, model, grpo_config_kwargs(spec, str(tmp_path / "trainer")), agent.tasks("train"),
