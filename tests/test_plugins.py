@@ -69,3 +69,15 @@ def test_on_episode_end_hook_is_called() -> None:
     pm = Plugins(entry_points=False, extra=[("obs", observer)])
     pm.hook.on_episode_end(trajectory="T")
     assert seen == ["T"]
+
+
+def test_public_import_face_is_light() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from agentbridge import hookimpl, tool, Environment, ToolEnvironment, Task, StepResult, "
+            "Message, Trajectory; import agentbridge.hooks, agentbridge.tools, agentbridge.env; "
+            "assert hookimpl is agentbridge.hooks.hookimpl and tool is agentbridge.tools.tool; "
+            "assert Task is agentbridge.env.Task and StepResult is agentbridge.env.StepResult; "
+            "heavy = [x for x in ('torch', 'transformers') if x in sys.modules]; assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
