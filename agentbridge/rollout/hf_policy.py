@@ -57,9 +57,9 @@ class HFPolicy(BatchingPolicy):
                 # the batch; each row's own tokens follow it after left padding inside the row, and generate's
                 # position ids (the attention mask's running count) continue the prefix's, as without padding.
                 prefix = self.model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True)
-                cache = prefix.cache
+                cache = output_cache(prefix)
                 cache.batch_repeat_interleave(len(prompts))
-                kwargs["cache"] = cache
+                kwargs[cache_kwarg(self.model)] = cache
             else:
                 shared = 0
             rests = [p[shared:] for p in prompts]
@@ -80,6 +80,20 @@ class HFPolicy(BatchingPolicy):
 
 
 MIN_SHARED_PREFIX = 32  # shorter common prefixes are not worth a separate forward
+
+
+def cache_kwarg(model: Any) -> str:
+    """The name a model's forward (and ``generate``) takes its key/value cache under: ``cache`` from transformers
+    5.2x on, ``past_key_values`` before (the veRL and OpenRLHF environments pin older releases)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def output_cache(output: Any) -> Any:
+    """The key/value cache a forward with ``use_cache=True`` returned, under either name."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
 
 
 def shared_prefix_length(prompts: list[list[int]]) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.hf_policy import cache_kwarg, output_cache
 from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec.models import WarmStartSpec
@@ -65,9 +66,10 @@ def prefix_shared_loss(model: Any, inputs: dict[str, Any], num_items_in_batch: A
         targets = labels[:, 1:]
     else:
         prefix = body(input_ids=ids[:1, :shared], use_cache=True)
-        cache = prefix.cache
+        cache = output_cache(prefix)
         cache.batch_repeat_interleave(ids.size(0))
-        rest = body(input_ids=ids[:, shared:], attention_mask=attention, cache=cache).last_hidden_state
+        rest = body(input_ids=ids[:, shared:], attention_mask=attention,
+                    **{cache_kwarg(body): cache}).last_hidden_state
         hidden = torch.cat([prefix.last_hidden_state[:, -1:].expand(ids.size(0), -1, -1), rest[:, :-1]], dim=1)
         targets = labels[:, shared:]
     keep = targets != -100
