@@ -337,6 +337,27 @@ def load_image_processor(path: str | Path) -> Any:
     return AutoImageProcessor.from_pretrained(local)
 
 
+def load_model(path: str, seed: int = 0) -> Any:
+    """The trainable model for ``model.path``: a causal LM, or an image-text-to-text model for a VLM.
+
+    A builtin model is a random init: seed 0 is the cached one, another seed draws a fresh init of the same
+    architecture (so a run's seed covers both data order and initialization).
+    """
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    local = resolve_model_path(path)
+    auto = AutoModelForImageTextToText if is_vlm(local) else AutoModelForCausalLM
+    model = auto.from_pretrained(local)
+    if path.startswith("builtin:") and seed != 0:
+        import torch
+
+        torch.manual_seed(seed)
+        fresh = type(model)(model.config)
+        fresh.generation_config = model.generation_config
+        model = fresh
+    return model
+
+
 def load_tokenizer(path: str) -> Any:
     """``AutoTokenizer`` for a builtin name or local model directory."""
     from transformers import AutoTokenizer

@@ -25,16 +25,6 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def mean_ci95(xs: Sequence[float]) -> tuple[float, float]:
-    """Mean and half-width of a normal-approximation 95% confidence interval."""
-    n = len(xs)
-    if n < 2:
-        return _mean(xs), 0.0
-    m = _mean(xs)
-    var = sum((x - m) ** 2 for x in xs) / (n - 1)
-    return m, 1.96 * math.sqrt(var / n)
-
-
 def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Normalized metrics of a batch of episodes (rewards, turns, tokens, tools, finish reasons)."""
     rewards = [t.reward for t in trajectories]

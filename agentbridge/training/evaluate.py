@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,8 +56,6 @@ def greedy_policy(agent: Agent, model: Any, max_batch: int = 256) -> Any:
 
 def evaluate(agent: Agent, model: Any, tasks: list[Task], *, component: str | None = None) -> EvalResult:
     """Greedy success on ``tasks``: the first reward component (the task's own score) of each episode."""
-    import time
-
     started = time.perf_counter()
     was_training = model.training
     model.eval()

@@ -46,10 +46,11 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     import torch
 
     from agentbridge.conformance.suite import golden_spec
+    from agentbridge.models import load_model
     from agentbridge.rollout.agent import Agent
     from agentbridge_trl.config import grpo_config_kwargs
     from agentbridge_trl.rollout import task_of
-    from agentbridge_trl.trainer import build_trainer, load_model
+    from agentbridge_trl.trainer import build_trainer
 
     spec = golden_spec(kind, ["backend.options={use_vllm: true, vllm_mode: colocate}"])
     agent = Agent.from_spec(spec)

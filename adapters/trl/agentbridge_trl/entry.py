@@ -35,7 +35,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agentbridge.models import cache_entries_used
+    from agentbridge.models import cache_entries_used, load_model
     from agentbridge.plugins import get_plugins
     from agentbridge.rollout.agent import Agent, read_tasks_jsonl
     from agentbridge.runs import manifest, package_version, text_hash
@@ -44,7 +44,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     from agentbridge.training.logger import RunLogger
     from agentbridge.training.report import write_report
     from agentbridge_trl.config import options as trl_options
-    from agentbridge_trl.trainer import build_trainer, load_model
+    from agentbridge_trl.trainer import build_trainer
 
     _quiet_libraries()
     console = Console(stderr=True, quiet=quiet)
@@ -119,7 +119,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
         agent.tokenizer.save_pretrained(run_dir / "model")
         experiment.control()
         summary = experiment.conclude()
-        update(algo.steps if not logger.rows else int(logger.rows[-1]["step"]), "", True)
+        update(trainer.state.global_step, "", True)
     report = write_report(run_dir)
     say(f"report: {report}")
     return summary

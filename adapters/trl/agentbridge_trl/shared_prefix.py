@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentbridge.rollout.hf_policy import cache_kwarg, output_cache
+
 MIN_SHARED_PREFIX = 32  # shorter common prefixes are left to TRL's own forward
 
 
@@ -57,7 +59,7 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     body, head = model.get_decoder(), model.get_output_embeddings()
     first = int(starts[0].item())
     prefix = body(input_ids=input_ids[:1, first:first + shared], use_cache=True)
-    cache = prefix.cache
+    cache = output_cache(prefix)
     cache.batch_repeat_interleave(rows)
     # each row's own tokens, moved left to start right after the prefix; right-padded to a common width
     rest_width = width - int(starts.min().item()) - shared
@@ -67,7 +69,7 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     rest_ids = input_ids.gather(1, cols).masked_fill(~inside, 0)
     rest_mask = attention_mask.gather(1, cols) * inside
     full_mask = torch.cat([rest_mask.new_ones(rows, shared), rest_mask], dim=1)
-    hidden = body(input_ids=rest_ids, attention_mask=full_mask, cache=cache).last_hidden_state
+    hidden = body(input_ids=rest_ids, attention_mask=full_mask, **{cache_kwarg(body): cache}).last_hidden_state
     # the hidden state that predicts completion column c sits at rest column c - 1 - start - shared
     targets = torch.arange(prompt_width, width, device=input_ids.device)
     at = (targets[None, :] - 1 - starts[:, None] - shared).clamp(min=0)

@@ -18,29 +18,6 @@ def make_dataset(tasks: list[Any]) -> Any:
     return Dataset.from_list([{"prompt": prompt_row(t)} for t in tasks])
 
 
-def load_model(path: str, seed: int = 0) -> Any:
-    """The trainable model for ``model.path``: a causal LM, or an image-text-to-text model for a VLM.
-
-    A builtin model is a random init: seed 0 is the cached one, another seed draws a fresh init of the same
-    architecture (so a run's seed covers both data order and initialization).
-    """
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
-    from agentbridge.models import is_vlm, resolve_model_path
-
-    local = resolve_model_path(path)
-    auto = AutoModelForImageTextToText if is_vlm(local) else AutoModelForCausalLM
-    model = auto.from_pretrained(local)
-    if path.startswith("builtin:") and seed != 0:
-        import torch
-
-        torch.manual_seed(seed)
-        fresh = type(model)(model.config)
-        fresh.generation_config = model.generation_config
-        model = fresh
-    return model
-
-
 def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_tasks: list[Any],
                   logger: RunLogger | None = None) -> tuple[Any, AgentRollout]:
     """A GRPOTrainer whose rollouts are agentbridge episodes; returns it with its rollout function.

@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentbridge.models import load_model
 from agentbridge.rollout.agent import Agent
 from agentbridge.spec import load_spec
 from agentbridge.training.evaluate import evaluate
 from agentbridge.training.experiment import Experiment
 from agentbridge.training.logger import RunLogger
 from agentbridge_trl.config import grpo_config_kwargs
-from agentbridge_trl.trainer import build_trainer, load_model
+from agentbridge_trl.trainer import build_trainer
 
 TARGET = 0.3         # dev success (40 tasks) at which the reduced warm start stops
 FLOOR = 0.15         # held-out success (80 tasks) it must reach, and RL must keep; below TARGET for the dev noise

@@ -14,12 +14,15 @@ pytest.importorskip("PIL")
 import click_env  # noqa: E402
 from expert_mix import mix_in_expert
 
-from agentbridge.models import load_tokenizer  # noqa: E402
+from agentbridge.models import (
+    load_model,  # noqa: E402
+    load_tokenizer,  # noqa: E402
+)
 from agentbridge.plugins import Plugins  # noqa: E402
 from agentbridge.rollout.agent import Agent  # noqa: E402
 from agentbridge.spec import load_spec  # noqa: E402
 from agentbridge_trl.config import grpo_config_kwargs  # noqa: E402
-from agentbridge_trl.trainer import build_trainer, load_model  # noqa: E402
+from agentbridge_trl.trainer import build_trainer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
