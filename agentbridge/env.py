@@ -30,7 +30,11 @@ class Message(TypedDict, total=False):
 
 @dataclass
 class Task:
-    """One problem instance. ``data`` holds whatever the environment and rewards need (answers, ids)."""
+    """One problem instance. ``data`` holds whatever the environment and rewards need (answers, ids).
+
+    An optional ``data["group"]`` names the task's kind (e.g. ``"2-step"``): evaluations report success per group,
+    and a warm start can require a floor in every group.
+    """
 
     id: str
     prompt: str

@@ -89,23 +89,42 @@ def test_sft_run_restores_weights_optimizer_and_data_position() -> None:
     assert run.step == 7
 
 
+def _check(success: float, groups: dict[str, float] | None = None) -> EvalResult:
+    """A dev check of 20 tasks per group with the given success rates."""
+    groups = groups or {"": success}
+    scores = [float(i < round(rate * 20)) for rate in groups.values() for i in range(20)]
+    return EvalResult(metric="m", task_ids=[str(i) for i in range(len(scores))], scores=scores,
+                      groups=[g for g in groups for _ in range(20)])
+
+
 def test_warm_start_stops_on_dev_target_or_caps() -> None:
     run = SFTRun(_tiny_lm(), _rows(16), lr=1e-3, batch_size=4, pad_id=0)
-    checks = iter([0.0, 0.05, 0.1, 0.2, 0.4, 0.9])
+    checks = iter(_check(v) for v in [0.0, 0.05, 0.1, 0.2, 0.4, 0.9])
     ws = WarmStartSpec(target=0.35, dev_every=10, max_steps=100)
     result = warm_start(run, ws, dev=lambda: next(checks))
     assert (result.stopped, result.steps) == ("target", 34)  # every 10 steps, every 2 once dev >= 0.35 / 4
     assert [d["step"] for d in result.dev] == [10, 20, 30, 32, 34] and result.dev[-1]["success"] == 0.4
     run = SFTRun(_tiny_lm(), _rows(16), lr=1e-3, batch_size=4, pad_id=0)
-    checks = iter([0.0, 0.1, 0.4, 0.9])
+    checks = iter(_check(v) for v in [0.0, 0.1, 0.4, 0.9])
     result = warm_start(run, WarmStartSpec(target=0.35, dev_every=2, max_steps=50), dev=lambda: next(checks))
     assert (result.stopped, [d["step"] for d in result.dev]) == ("target", [2, 4, 5])
     result = warm_start(SFTRun(_tiny_lm(), _rows(16), lr=1e-3, batch_size=4, pad_id=0),
-                        WarmStartSpec(target=0.5, dev_every=2, max_steps=5), dev=lambda: 0.0)
+                        WarmStartSpec(target=0.5, dev_every=2, max_steps=5), dev=lambda: _check(0.0))
     assert (result.stopped, result.steps) == ("max_steps", 5) and len(result.dev) == 3  # steps 2, 4 and the last
     result = warm_start(SFTRun(_tiny_lm(), _rows(16), lr=1e-3, batch_size=4, pad_id=0),
                         WarmStartSpec(epochs=2, batch_size=4))
     assert (result.stopped, result.steps, result.dev) == ("max_steps", 8, [])
+
+
+def test_warm_start_group_floor_waits_for_every_task_group() -> None:
+    checks = iter([_check(0, {"1-step": 0.9, "2-step": 0.0}), _check(0, {"1-step": 0.9, "2-step": 0.1}),
+                   _check(0, {"1-step": 0.95, "2-step": 0.2})])
+    ws = WarmStartSpec(target=0.35, group_floor=0.15, dev_every=10, max_steps=50)
+    result = warm_start(SFTRun(_tiny_lm(), _rows(16), lr=1e-3, batch_size=4, pad_id=0), ws, dev=lambda: next(checks))
+    assert (result.stopped, [d["step"] for d in result.dev]) == ("target", [10, 12, 14])
+    assert result.dev[0]["success"] == 0.45 and result.dev[-1]["groups"] == {"1-step": 0.95, "2-step": 0.2}
+    assert _check(0.5, {"a": 0.5, "b": 0.5}).summary()["by_group"] == {"a": 0.5, "b": 0.5}
+    assert "by_group" not in _check(0.5).summary()
 
 
 def _arm(scores: list[float]) -> EvalResult:

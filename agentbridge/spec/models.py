@@ -80,8 +80,9 @@ class WarmStartSpec(_Strict):
     """Supervised warm start on the environment's scripted demonstrations before RL.
 
     It stops when greedy success on ``data.dev`` reaches ``target`` (checked every ``dev_every`` steps, and five
-    times as often once it passes a quarter of the target), or at ``max_steps`` (default: ``epochs`` passes over
-    the demonstrations) or ``max_minutes``, whichever comes first.
+    times as often once it passes a quarter of the target) and every task group (``Task.data["group"]``) reaches
+    ``group_floor``, or at ``max_steps`` (default: ``epochs`` passes over the demonstrations) or ``max_minutes``,
+    whichever comes first.
     """
 
     demos: PositiveInt = 2000
@@ -89,6 +90,8 @@ class WarmStartSpec(_Strict):
     lr: float = Field(1e-3, gt=0)
     batch_size: PositiveInt = 32
     target: float | None = Field(None, gt=0, le=1, description="Stop at this dev success (needs data.dev)")
+    group_floor: float | None = Field(None, ge=0, le=1, description="With target: every task group's dev success "
+                                      "must reach this too, so RL starts with each skill present")
     dev_every: PositiveInt = Field(50, description="SFT steps between dev checks")
     max_steps: PositiveInt | None = Field(None, description="Step cap (default: epochs over the demonstrations)")
     max_minutes: float | None = Field(None, gt=0)

@@ -22,6 +22,7 @@ class EvalResult:
     scores: list[float]
     finish: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    groups: list[str] = field(default_factory=list)   # each task's ``data["group"]`` ("" when it has none)
 
     @property
     def n(self) -> int:
@@ -35,11 +36,23 @@ class EvalResult:
     def mean(self) -> float:
         return self.successes / self.n if self.n else 0.0
 
+    def by_group(self) -> dict[str, float]:
+        """Success per task group (``Task.data["group"]``), e.g. one- and two-step problems; empty without groups."""
+        if len(set(self.groups)) < 2:
+            return {}
+        out: dict[str, list[float]] = {}
+        for group, score in zip(self.groups, self.scores, strict=True):
+            out.setdefault(group, []).append(score >= 0.5)
+        return {g: sum(v) / len(v) for g, v in sorted(out.items())}
+
     def summary(self) -> dict[str, Any]:
         """The ``eval.json`` object of one arm: mean, n and the 95% Wilson interval, plus how episodes ended."""
         low, high = wilson_interval(self.successes, self.n)
-        return {"metric": self.metric, "mean": self.mean, "n": self.n, "ci95_low": low, "ci95_high": high,
-                "finish": self.finish, "seconds": round(self.seconds, 2)}
+        out = {"metric": self.metric, "mean": self.mean, "n": self.n, "ci95_low": low, "ci95_high": high,
+               "finish": self.finish, "seconds": round(self.seconds, 2)}
+        if groups := self.by_group():
+            out["by_group"] = groups
+        return out
 
 
 def greedy_policy(agent: Agent, model: Any, max_batch: int = 256) -> Any:
@@ -69,4 +82,5 @@ def evaluate(agent: Agent, model: Any, tasks: list[Task], *, component: str | No
     return EvalResult(metric=name, task_ids=[t.id for t in tasks],
                       scores=[float(t.reward_components.get(name, 0.0)) for t in trajs],
                       finish={r: sum(t.finish_reason == r for t in trajs) for r in FINISH_REASONS},
-                      seconds=time.perf_counter() - started)
+                      seconds=time.perf_counter() - started,
+                      groups=[str(t.data.get("group", "")) for t in tasks])

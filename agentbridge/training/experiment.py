@@ -71,7 +71,8 @@ class Experiment:
         result = evaluate(self.agent, self.model, self.eval_tasks)
         self.evals[arm] = result
         s = result.summary()
-        self.say(f"  {arm}: {s['mean']:.3f} [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] (n={s['n']}, "
+        groups = "".join(f", {g} {v:.3f}" for g, v in s.get("by_group", {}).items())
+        self.say(f"  {arm}: {s['mean']:.3f} [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] (n={s['n']}{groups}, "
                  f"{result.seconds:.0f} s)")
         write_evals(self.run_dir, self.evals)
         return result
@@ -89,8 +90,9 @@ class Experiment:
         dev = None
         if ws.target is not None:
             tasks = dev_tasks(self.agent, self.agent.spec.data.dev.size or 200)  # type: ignore[union-attr]
-            dev = lambda: evaluate(self.agent, self.model, tasks).mean  # noqa: E731
-            self.say(f"  stops at dev success {ws.target:.2f} (checked on {len(tasks)} dev tasks every "
+            dev = lambda: evaluate(self.agent, self.model, tasks)  # noqa: E731
+            floor = f" and {ws.group_floor:.2f} in every task group" if ws.group_floor is not None else ""
+            self.say(f"  stops at dev success {ws.target:.2f}{floor} (checked on {len(tasks)} dev tasks every "
                      f"{ws.dev_every} steps)")
         update = self.progress("SFT", None)
 
@@ -105,6 +107,7 @@ class Experiment:
         update(result.steps, info, True)
         (self.run_dir / "warm_start.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         last = f", dev {result.dev[-1]['success']:.3f}" if result.dev else ""
+        last += "".join(f", {g} {v:.3f}" for g, v in result.dev[-1].get("groups", {}).items()) if result.dev else ""
         self.say(f"  warm start stopped ({result.stopped}) after {result.steps} steps, {result.seconds:.0f} s{last}")
         if ws.control and self.eval_tasks:
             self.snapshot = self.sft.snapshot()

@@ -22,6 +22,7 @@ from agentbridge.rollout.hf_policy import cache_kwarg, output_cache
 from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec.models import WarmStartSpec
+from agentbridge.training.evaluate import EvalResult
 
 Row = dict[str, list[int]]
 
@@ -169,7 +170,7 @@ class WarmStartResult:
     seconds: float = 0.0
     loss: float = math.nan
     stopped: str = ""                  # target | max_steps | max_minutes
-    dev: list[dict[str, float]] = field(default_factory=list)   # {"step", "seconds", "success"}
+    dev: list[dict[str, Any]] = field(default_factory=list)   # {"step", "seconds", "success"[, "groups"]}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,13 +184,21 @@ def max_steps(ws: WarmStartSpec, demos: int) -> int:
     return ws.max_steps or max(1, demos // min(ws.batch_size, max(1, demos))) * ws.epochs
 
 
-def warm_start(run: SFTRun, ws: WarmStartSpec, *, dev: Callable[[], float] | None = None,
+def reached(ws: WarmStartSpec, check: EvalResult) -> bool:
+    """Whether a dev check meets the stop rule: ``target`` overall and ``group_floor`` in every task group."""
+    if ws.target is None or check.mean < ws.target:
+        return False
+    return ws.group_floor is None or all(v >= ws.group_floor for v in check.by_group().values())
+
+
+def warm_start(run: SFTRun, ws: WarmStartSpec, *, dev: Callable[[], EvalResult] | None = None,
                on_progress: Progress | None = None) -> WarmStartResult:
     """Train until dev success reaches ``ws.target`` (checked every ``ws.dev_every`` steps), or a step/time cap."""
     result = WarmStartResult(demonstrations=len(run.rows), target=ws.target)
     cap = max_steps(ws, len(run.rows))
     started = time.perf_counter()
     last_dev: float | None = None
+    done = False
     checked = 0
     while True:
         run.train_step()
@@ -199,12 +208,16 @@ def warm_start(run: SFTRun, ws: WarmStartSpec, *, dev: Callable[[], float] | Non
         every = max(1, ws.dev_every // 5) if near else ws.dev_every
         if dev is not None and ws.target is not None and (run.step - checked >= every or run.step >= cap):
             checked = run.step
-            last_dev = dev()
+            check = dev()
+            last_dev, done = check.mean, reached(ws, check)
             elapsed = time.perf_counter() - started
-            result.dev.append({"step": run.step, "seconds": round(elapsed, 2), "success": last_dev})
+            entry: dict[str, Any] = {"step": run.step, "seconds": round(elapsed, 2), "success": last_dev}
+            if groups := check.by_group():
+                entry["groups"] = groups
+            result.dev.append(entry)
         if on_progress is not None:
             on_progress(run.step, cap, run.loss, last_dev)
-        if last_dev is not None and ws.target is not None and last_dev >= ws.target:
+        if done:
             result.stopped = "target"
         elif run.step >= cap:
             result.stopped = "max_steps"

@@ -63,5 +63,6 @@ def arithmetic_tasks(split: str = "train", size: int = 100, seed: int = 0, two_s
             continue
         seen.add(prompt)
         tasks.append(Task(id=f"math-{split}-{seed}-{len(tasks)}", prompt=prompt,
-                          data={"answer": str(answer), "steps": steps}))
+                          data={"answer": str(answer), "steps": steps,
+                                "group": f"{len(steps)}-step"}))
     return tasks

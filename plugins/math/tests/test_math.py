@@ -42,6 +42,7 @@ def test_tasks_are_seeded_and_splits_disjoint() -> None:
     assert len(dev) > 500 and len(held_out) > 500
 
     assert any(len(t.data["steps"]) == 2 for t in a) and any(len(t.data["steps"]) == 1 for t in a)
+    assert all(t.data["group"] == f"{len(t.data['steps'])}-step" for t in a)
     for t in a:
         last = t.data["steps"][0]
         if len(t.data["steps"]) == 2:
