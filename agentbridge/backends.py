@@ -71,6 +71,10 @@ class Job:
         return cls(backend=manifest["backend"], path=path, manifest=manifest)
 
     def write_manifest(self) -> None:
+        if "algorithm_differences" not in self.manifest and (self.path / "spec.yaml").is_file():
+            from agentbridge.conformance.algorithms import job_differences
+
+            self.manifest["algorithm_differences"] = job_differences(self)
         (self.path / "manifest.json").write_text(json.dumps(self.manifest, indent=2, default=str) + "\n")
 
 

@@ -83,6 +83,11 @@ def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None
                         f"{', '.join(plugins.backends.ids()) or 'none'})")
     for err in plugins.errors:
         click.echo(f"warning: {err}", err=True)
+    if name in plugins.backends:  # what this backend's training math does differently (algorithm conformance)
+        from agentbridge.conformance.algorithms import difference_lines
+
+        for line in difference_lines(plugins.backends.get(name), spec.algorithm.name, spec.algorithm.kl_coef):
+            click.echo(f"warning: {spec_path}: {line}", err=True)
     if problems:
         _fail("\n".join(problems))
     checked = f"backend {name}" if name in plugins.backends else f"no backend check ({name} is not installed)"
@@ -394,21 +399,29 @@ def report(run_dirs: tuple[str, ...], out: str) -> None:
 
 
 @main.command()
-@click.option("--backend", "backend_names", required=True, metavar="NAME[,NAME...]",
-              help="Backend(s) to check, comma-separated.")
+@click.option("--backend", "backend_names", default=None, metavar="NAME[,NAME...]",
+              help="Backend(s) to check, comma-separated (with --algorithms, default: trl,verl,openrlhf).")
 @click.option("--kind", type=click.Choice(["text", "vlm", "all"]), default="all", show_default=True,
               help="Golden episodes for a text model, a vision-language model, or both.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Keep the compiled golden jobs here (default: a temporary directory).")
+@click.option("--algorithms", "algorithms", is_flag=True,
+              help="Check the training math instead: each backend's advantages and policy loss against "
+                   "agentbridge's reference, as an algorithm x backend table.")
 @user_errors
-def conformance(backend_names: str, kind: str, workdir: str | None) -> None:
+def conformance(backend_names: str | None, kind: str, workdir: str | None, algorithms: bool) -> None:
     """Push the golden episodes through each backend's real path; its ids, masks, log-probs, rewards and images
-    must equal the driver's."""
+    must equal the driver's. With --algorithms: the golden batch through each backend's advantage and loss code."""
     from rich.console import Console
     from rich.table import Table
 
     from agentbridge.conformance import KINDS, run_suite
 
+    if algorithms:
+        _algorithm_conformance(backend_names or "trl,verl,openrlhf", workdir)
+        return
+    if not backend_names:
+        raise click.UsageError("--backend is required (or pass --algorithms)")
     kinds = KINDS if kind == "all" else (kind,)
     console = Console()
     failed = False
@@ -420,7 +433,8 @@ def conformance(backend_names: str, kind: str, workdir: str | None) -> None:
             if result.skipped:
                 table.add_row(result.kind, "*", f"skipped: {result.skipped}")
                 continue
-            general = [p for p in result.problems if " case " not in p]
+            named = [p for c in result.case_fields() for p in result.problems if f"case {c}:" in p or f"case {c}[" in p]
+            general = [p for p in result.problems if p not in named]
             for case, fields in result.case_fields().items():
                 verdict = "[red]error[/red]" if general else (
                     f"[red]differs: {', '.join(dict.fromkeys(fields))}[/red]" if fields else "[green]identical[/green]")
@@ -431,6 +445,28 @@ def conformance(backend_names: str, kind: str, workdir: str | None) -> None:
             for line in result.problems:
                 click.echo(f"problem: {line}", err=True)
     if failed:
+        sys.exit(1)
+
+
+def _algorithm_conformance(backend_names: str, workdir: str | None) -> None:
+    """The algorithm x backend table (✔ identical, ≈ within tolerance, ✘ with the quantity); exit 1 on ✘."""
+    import time
+
+    from agentbridge.conformance.algorithms import problem_lines, run_algorithms, table
+
+    names = [n.strip() for n in backend_names.split(",") if n.strip()]
+    cells, t0 = [], time.perf_counter()
+    for name in names:
+        click.echo(f"algorithms: {name} ...", err=True)
+        cells += run_algorithms(name, workdir=Path(workdir) / name if workdir else None)
+    click.echo(table(cells, names))
+    for line in problem_lines(cells):
+        click.echo(f"difference: {line}", err=True)
+    for cell in cells:
+        if cell.status == "n/a":
+            click.echo(f"n/a: {cell.algorithm} {cell.backend}: {cell.why}", err=True)
+    click.echo(f"{len(cells)} cells in {time.perf_counter() - t0:.1f}s", err=True)
+    if any(c.status == "✘" for c in cells):
         sys.exit(1)
 
 

@@ -28,18 +28,24 @@ def test_golden_cases_cover_tools_errors_truncation_and_images(
         qwen_tokenizer: Any) -> None:
     assert sorted(text_reference) == sorted(cases("text")) and sorted(vlm_reference) == ["image"]
     ref = text_reference
-    # exact answer 1.0 + format 0.1 + the environment's process reward 0.25
-    assert ref["tools"].reward == pytest.approx(1.35)
-    assert ref["tool_error"].reward == pytest.approx(0.1)  # wrong answer, well formed
-    assert ref["parse_error"].reward == pytest.approx(1.25)  # a malformed tool call costs the format reward
-    assert ref["truncation"].reward == 0.0
+    # exact answer 1.0 + format 0.1 + the environment's process reward 0.25 + the fragile reward 0.5
+    assert ref["tools"].reward == pytest.approx(1.85)
+    assert ref["tool_error"].reward == pytest.approx(0.6)  # wrong answer, well formed
+    assert ref["parse_error"].reward == pytest.approx(1.75)  # a malformed tool call costs the format reward
+    assert ref["truncation"].reward == pytest.approx(0.5)
+    assert ref["reward_error"].reward == pytest.approx(1.35)  # the raising reward scores 0, the others count
+    assert ref["max_turns"].reward == pytest.approx(0.5)  # four tool calls, no answer
+    assert qwen_tokenizer.decode(ref["max_turns"].response_ids).count("<tool_call>") == 4
+    eos = qwen_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    early = ref["early_error"]  # failed before its first token: the core's fallback sample, nothing trained on
+    assert (early.response_ids, early.response_mask, early.logprobs, early.reward) == ([eos], [0], [0.0], 0.0)
+    assert "[golden:early_error]" in qwen_tokenizer.decode(early.prompt_ids)
     errors = qwen_tokenizer.decode(ref["tool_error"].response_ids)
     assert "unknown tool 'golden_divide'" in errors and "bad arguments for golden_add" in errors
     assert "not valid JSON" in qwen_tokenizer.decode(ref["parse_error"].response_ids)
-    eos = qwen_tokenizer.convert_tokens_to_ids("<|im_end|>")
     truncated = ref["truncation"]
     assert truncated.response_ids[-1] != eos and truncated.response_mask[-48:] == [1] * 48  # cut at the turn budget
-    for record in ref.values():  # every record has both policy and environment tokens, and golden log-probs
+    for record in (r for r in ref.values() if r.case != "early_error"):  # policy and environment tokens
         assert 0 in record.response_mask and record.response_mask[0] == 1
         policy = [lp for lp, m in zip(record.logprobs, record.response_mask, strict=True) if m]
         assert all(-1.0 < lp < 0.0 for lp in policy)
@@ -98,3 +104,27 @@ def test_cli_rejects_an_unknown_backend_in_one_line() -> None:
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [result.output.strip().splitlines()[0]]
     assert "nope" in result.output and "Traceback" not in result.output
+
+
+def test_pytest_plugin_fails_every_case_when_the_suite_fails_outside_a_case() -> None:
+    from agentbridge.conformance import SuiteResult
+    from agentbridge.conformance.pytest_plugin import problems_of
+
+    # a suite-level error whose text happens to contain " case " still fails every generated test
+    broken = SuiteResult("b", "text", problems=["backend b: the run failed in case of a timeout"])
+    for case in cases("text"):
+        mine, general = problems_of(broken, case)
+        assert general == broken.problems and mine == []
+    one = SuiteResult("b", "text", problems=["b: case tools[0]: reward is 1, the driver's is 2"])
+    assert problems_of(one, "tools") == (one.problems, []) and problems_of(one, "max_turns") == ([], [])
+
+
+def test_empty_episode_fallback_is_one_masked_eos() -> None:
+    from agentbridge.rollout.training import training_sequence
+    from agentbridge.rollout.trajectory import Trajectory
+
+    seq = training_sequence(Trajectory(task_id="t", prompt_ids=[], finish_reason="error"), 9, [1, 2])
+    assert (seq.prompt_ids, seq.response_ids, seq.response_mask, seq.logprobs) == ([1, 2], [9], [0], [0.0])
+    full = training_sequence(Trajectory(task_id="t", prompt_ids=[5], response_ids=[6, 9], response_mask=[1, 1],
+                                        logprobs=[-0.1, -0.2]), 9)
+    assert (full.prompt_ids, full.response_ids, full.response_mask) == ([5], [6, 9], [1, 1])

@@ -1,4 +1,5 @@
-"""``python -m agentbridge.conformance records NAME --kind K --workdir DIR``: a backend's golden records as JSON.
+"""``python -m agentbridge.conformance records NAME --kind K --workdir DIR``: a backend's golden records as JSON;
+``... algorithms NAME --workdir DIR``: its algorithm quantities on the golden batch.
 
 Run by the suite inside a backend's own environment; prints one JSON line, ``{"records": [...]}`` or
 ``{"error": "..."}``.
@@ -21,8 +22,23 @@ def main(argv: list[str] | None = None) -> int:
     records.add_argument("backend")
     records.add_argument("--kind", choices=KINDS, required=True)
     records.add_argument("--workdir", type=Path, required=True)
+    algorithms = sub.add_parser("algorithms", help="print a backend's algorithm quantities on the golden batch")
+    algorithms.add_argument("backend")
+    algorithms.add_argument("--workdir", type=Path, required=True)
+    algorithms.add_argument("--algorithms", default="")
     args = parser.parse_args(argv)
     from agentbridge.conformance.suite import _backend
+
+    if args.command == "algorithms":
+        from agentbridge.conformance.algorithms import ALGORITHMS, backend_probe_results
+
+        names = tuple(a for a in args.algorithms.split(",") if a) or ALGORITHMS
+        try:
+            payload = backend_probe_results(args.backend, args.workdir, names)
+        except Exception as e:  # noqa: BLE001 - reported to the calling suite as one line
+            payload = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+        sys.stdout.write("\n" + json.dumps(payload) + "\n")
+        return 0
 
     try:
         got = _backend(args.backend).conformance(args.kind, args.workdir)

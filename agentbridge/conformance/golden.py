@@ -6,7 +6,9 @@ returns fixed tokens with fixed log-probs, cut to the requested budget as an eng
 agentbridge's driver and the backend's own code.
 
 Cases (``CASES``): tool calls and a right answer; an unknown tool, bad arguments and a wrong answer; a malformed
-tool call; a turn cut by the token budget; and, for a vision-language model, an image in the prompt plus a
+tool call; a turn cut by the token budget; an episode whose environment fails before the first token (the
+empty-episode fallback: one EOS with loss mask 0); a reward function that raises; an episode ended by
+``max_turns``; and, for a vision-language model, an image in the prompt plus a
 screenshot returned by a tool.
 """
 
@@ -46,9 +48,17 @@ CASES: dict[str, tuple[str, str, str, list[str]]] = {
                     [_call("golden_add", '{"a": 1, "b": 1,'), "<answer>2</answer>"]),
     "truncation": (TEXT, "Count to four hundred.", "399",
                    [_call("golden_add", {"a": 1, "b": 1}), LONG_TURN]),
+    "early_error": (TEXT, "Add 7 and 8.", "15", ["<answer>15</answer>"]),
+    "reward_error": (TEXT, "Add 3 and 3.", "6", [_call("golden_add", {"a": 3, "b": 3}), "<answer>6</answer>"]),
+    "max_turns": (TEXT, "Keep adding one.", "5",
+                  [_call("golden_add", {"a": k, "b": 1}) for k in range(1, 6)] + ["<answer>5</answer>"]),
     "image": (VLM, "What colour is the square? Look again first.", "red",
               [_call("golden_look", {}), "<answer>red</answer>"]),
 }
+
+
+# cases whose episode fails on purpose: the environment's reset raises (before the first token), or a reward raises
+FAILURES: dict[str, str] = {"early_error": "reset", "reward_error": "reward"}
 
 
 def cases(kind: str) -> list[str]:
@@ -61,7 +71,8 @@ def golden_tasks(split: str = TEXT, size: int = 100, seed: int = 0, **_: Any) ->
     if split not in KINDS:
         raise ValueError(f"conformance/golden: split must be one of {', '.join(KINDS)}, not '{split}'")
     tasks = [Task(id=name, prompt=f"[golden:{name}] {CASES[name][1]}",
-                  data={"answer": CASES[name][2], "image": CASES[name][0] == VLM})
+                  data={"answer": CASES[name][2], "image": CASES[name][0] == VLM,
+                        **({"fail": FAILURES[name]} if name in FAILURES else {})})
              for name in cases(split)]
     return tasks[:size]
 
@@ -98,6 +109,8 @@ class GoldenEnv(ToolEnvironment):
     """
 
     async def reset(self, task: Task) -> list[Message]:
+        if task.data.get("fail") == "reset":
+            raise ConnectionError("golden environment: reset failed on purpose (case early_error)")
         if task.data.get("image"):
             task.images = [square("red", (56, 56))]
         return await super().reset(task)
@@ -105,6 +118,13 @@ class GoldenEnv(ToolEnvironment):
     async def final_reward(self, action: Message) -> float:
         text = str(action.get("content") or "")
         return 0.25 if self.task is not None and f"<answer>{self.task.data['answer']}</answer>" in text else 0.0
+
+
+def fragile_reward(trajectory: Any, task: Task) -> float:
+    """The golden reward that raises for the ``reward_error`` case (1 otherwise): a broken reward function."""
+    if task.data.get("fail") == "reward":
+        raise RuntimeError("golden reward: raised on purpose (case reward_error)")
+    return 1.0
 
 
 def logprob(token: int, position: int) -> float:
@@ -160,6 +180,11 @@ def register_environments(register: Callable[[str, Any], None]) -> None:
 def register_tools(register: Callable[[Any], None]) -> None:
     register(golden_add)
     register(golden_look)
+
+
+@hookimpl
+def register_rewards(register: Callable[[str, Any], None]) -> None:
+    register("conformance/fragile", fragile_reward)
 
 
 @hookimpl

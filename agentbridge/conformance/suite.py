@@ -14,7 +14,7 @@ import importlib.util
 import json
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +59,21 @@ def golden_spec(kind: str, sets: list[str] | None = None) -> Spec:
 
 
 def reference_records(kind: str) -> list[EpisodeRecord]:
-    """The golden episodes run by agentbridge's driver alone: what every backend must end up with."""
+    """The golden episodes run by agentbridge's driver alone, as every backend must train on them (an empty
+    episode as the core's fallback sample, :func:`agentbridge.rollout.training.training_sequence`)."""
     from agentbridge.rollout.agent import Agent
+    from agentbridge.rollout.training import task_prompt_ids, training_sequence
 
     agent = Agent.from_spec(golden_spec(kind))
-    trajectories = asyncio.run(agent.run(agent.tasks("train"), GoldenPolicy(agent.tokenizer)))
-    return [record_of(t) for t in trajectories]
+    tasks = agent.tasks("train")
+    trajectories = asyncio.run(agent.run(tasks, GoldenPolicy(agent.tokenizer)))
+    records = []
+    for task, traj in zip(tasks, trajectories, strict=True):
+        seq = training_sequence(traj, agent.renderer.eos_token_id,
+                                task_prompt_ids(agent.renderer, task, agent.spec.agent.system_prompt))
+        records.append(replace(record_of(traj), prompt_ids=seq.prompt_ids, response_ids=seq.response_ids,
+                               response_mask=seq.response_mask, logprobs=seq.logprobs))
+    return records
 
 
 def _backend(name: str) -> Any:

@@ -19,25 +19,25 @@ AGENT_FILE = "agentbridge_agent.py"
 # agentbridge algorithm -> OpenRLHF flags. Rewards are sequence-level in OpenRLHF agent mode (placed on the
 # last action token, the advantage is broadcast over every generated token): no per-turn credit assignment.
 ALGORITHMS: dict[str, dict[str, Any]] = {
-    "grpo": {"algo.advantage.estimator": "group_norm"},
+    "grpo": {"algo.advantage.estimator": "group_norm", "actor.loss_agg_mode": "seq-mean-token-mean"},
     "dr_grpo": {"algo.advantage.estimator": "dr_grpo"},
     "rloo": {"algo.advantage.estimator": "rloo"},
     "reinforce_pp": {"algo.advantage.estimator": "reinforce"},  # REINFORCE++ (no critic, global baseline)
-    "gspo": {"algo.advantage.estimator": "group_norm", "actor.policy_loss_type": "gspo"},
-    # DAPO: clip-higher, token-mean loss (OpenRLHF's default), dynamic sampling (drop groups whose mean reward is
-    # the minimum or maximum possible), truncated episodes' reward zeroed (OpenRLHF's overlong shaping would
-    # count tool tokens: issue #1243). The filter range is added in flag_values from the reward weights.
-    "dapo": {"algo.advantage.estimator": "group_norm", "actor.eps_clip_low_high": [0.2, 0.28],
-             "algo.dynamic_filtering_enable": True, "reward.stop_properly_penalty_coef": 0.0},
-    "ppo": {"algo.advantage.estimator": "gae"},  # with a critic (value model) initialised from the actor
+    "gspo": {"algo.advantage.estimator": "group_norm", "actor.policy_loss_type": "gspo",
+             "actor.eps_clip_low_high": [3e-4, 4e-4]},
+    # DAPO: clip-higher, token-mean loss (OpenRLHF's default). As on veRL and TRL: no dynamic sampling (OpenRLHF's
+    # filter keeps a group by its mean reward, not by whether its rewards differ) and no reward change for
+    # truncated episodes; the algorithm conformance suite names both differences from the paper.
+    "dapo": {"algo.advantage.estimator": "group_norm", "actor.eps_clip_low_high": [0.2, 0.28]},
+    # with a critic (value model) initialised from the actor; GAE lambda 0.95 as on veRL
+    "ppo": {"algo.advantage.estimator": "gae", "algo.advantage.lambd": 0.95},
 }
 GROUP_ESTIMATORS = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
 WHY_NOT: dict[str, str] = {}  # every agentbridge algorithm maps; see NOTES for how
 NOTES = [
-    "dapo: group_norm + clip-higher (0.2, 0.28) + dynamic filtering of groups whose mean reward is the minimum "
-    "or maximum possible + truncated episodes' reward zeroed (stop_properly_penalty_coef 0); OpenRLHF's "
-    "overlong buffer is not used because it counts tool tokens (issue #1243)",
-    "gspo: group_norm + --actor.policy_loss_type gspo",
+    "dapo: group_norm + clip-higher (0.2, 0.28), token-mean loss; no dynamic sampling and no overlong shaping "
+    "(as on veRL and TRL; OpenRLHF's overlong buffer would count tool tokens, issue #1243)",
+    "gspo: group_norm + --actor.policy_loss_type gspo, clip (3e-4, 4e-4)",
     "reinforce_pp: REINFORCE++ (estimator reinforce); backend.options.estimator=reinforce_baseline for the "
     "group-baseline variant",
     "ppo: GAE with a critic initialised from the actor (text models only)",

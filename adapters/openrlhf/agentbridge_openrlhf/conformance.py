@@ -21,7 +21,8 @@ length ``n``):
 
 - prompt/response split: OpenRLHF keeps no prompt length; its ``action_mask`` marks the generated tokens shifted by
   one (``action_mask[i]`` is token ``i + 1``), and the driver's response starts with its first generated token, so
-  the prompt is ``sequences[:first + 1]`` for the first 1 of ``action_mask`` at ``first``;
+  the prompt is ``sequences[:first + 1]`` for the first 1 of ``action_mask`` at ``first`` (a row with no 1 is the
+  core's empty-episode fallback: its response is its last token);
 - ``response_mask``: ``action_mask[first:n - 1]`` (back to the driver's convention, one entry per response token);
 - ``logprobs``: ``rollout_log_probs[first:n - 1]`` (0 where the environment wrote);
 - ``reward``: ``rewards`` after ``compute_advantages_and_returns`` (what the advantages are computed from);
@@ -75,11 +76,10 @@ def row_record(b: Any, j: int, images: ImageIndex) -> EpisodeRecord:
     n = int(b.attention_mask[j].sum())
     seq = [int(x) for x in b.sequences[j][:n].tolist()]
     actions = [int(x) for x in b.action_mask[j][: n - 1].tolist()]
-    if 1 not in actions:
-        raise ValueError(f"OpenRLHF batch row {b.index[j]} (case {case}): its action_mask marks no generated token")
     if b.rollout_log_probs is None:
         raise ValueError("OpenRLHF kept no rollout_log_probs (the job must ask vLLM for them: is_correction)")
-    first = actions.index(1)
+    # no generated token: the core's empty-episode fallback, whose response is the last token (one masked EOS)
+    first = actions.index(1) if 1 in actions else n - 2
     return EpisodeRecord(
         case=case, prompt_ids=seq[: first + 1], response_ids=seq[first + 1:], response_mask=actions[first:],
         logprobs=[float(x) for x in b.rollout_log_probs[j][first: n - 1].tolist()],

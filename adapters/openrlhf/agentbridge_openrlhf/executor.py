@@ -21,6 +21,7 @@ from agentbridge.env import Task
 from agentbridge.rewards import PROCESS
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.renderer import Renderer
+from agentbridge.rollout.training import task_prompt_ids, training_sequence
 from agentbridge.rollout.trajectory import FINISH_REASONS, Generation, SamplingParams, Trajectory
 from agentbridge.spec import Spec, load_spec
 
@@ -82,13 +83,12 @@ def to_openrlhf(traj: Trajectory, *, prompt: Any, label: Any, images: Any, with_
                 fallback_prompt_ids: list[int] | None = None) -> dict[str, Any]:
     """A driver ``Trajectory`` as the dict OpenRLHF's samples generator turns into an ``Experience``.
 
-    An episode that failed before its first token still yields a valid sample: the prompt and one EOS as
-    the action, reward as scored (0 for errors), so one broken environment never fails a batch.
+    An episode that failed before its first token still yields a valid sample, the core's fallback
+    (:func:`agentbridge.rollout.training.training_sequence`): the prompt and one EOS with loss mask 0 (no action
+    range), reward as scored (0 for errors), so one broken environment never fails a batch.
     """
-    prompt_ids = list(traj.prompt_ids) or list(fallback_prompt_ids or [])
-    response, mask, logprobs = list(traj.response_ids), list(traj.response_mask), list(traj.logprobs)
-    if not any(mask):
-        response, mask, logprobs = [eos_token_id], [1], [0.0]
+    seq = training_sequence(traj, eos_token_id, fallback_prompt_ids or ())
+    prompt_ids, response, mask, logprobs = seq.prompt_ids, seq.response_ids, seq.response_mask, seq.logprobs
     return {
         "prompt": prompt,
         "label": label,
@@ -152,9 +152,8 @@ class AgentbridgeExecutor(AgentExecutorBase):
         if traj.images and getattr(hf_tokenizer, "image_processor", None) is not None:
             mm = dict(hf_tokenizer.image_processor(images=traj.images, return_tensors="pt"))
         fallback = None
-        if not traj.prompt_ids:  # no images were rendered: keep their placeholders out of the ids
-            pad = agent.renderer.image_token_id
-            fallback = [t for t in agent.renderer.encode(str(prompt)) if t != pad]
+        if not traj.prompt_ids:  # the task's prompt as the driver renders it (text only), as on every backend
+            fallback = task_prompt_ids(agent.renderer, task, self.spec.agent.system_prompt)
         components = [r.id for r in self.spec.reward] + [PROCESS]
         return to_openrlhf(traj, prompt=prompt, label=label, images=images,
                            with_logprobs=getattr(sampling_params, "logprobs", None) is not None,

@@ -73,14 +73,14 @@ def test_launch_flags_are_full_dotted_names_mapped_from_the_spec(calculator_job:
 
 
 @pytest.mark.parametrize(("algo", "flags"), [
-    ("grpo", {"algo.advantage.estimator": "group_norm"}),
+    ("grpo", {"algo.advantage.estimator": "group_norm", "actor.loss_agg_mode": "seq-mean-token-mean"}),
     ("dr_grpo", {"algo.advantage.estimator": "dr_grpo"}),
     ("rloo", {"algo.advantage.estimator": "rloo"}),
     ("reinforce_pp", {"algo.advantage.estimator": "reinforce"}),
-    ("gspo", {"algo.advantage.estimator": "group_norm", "actor.policy_loss_type": "gspo"}),
-    ("dapo", {"algo.advantage.estimator": "group_norm", "algo.dynamic_filtering_range": "0.0",
-              "actor.eps_clip_low_high": "0.2", "reward.stop_properly_penalty_coef": "0.0"}),
-    ("ppo", {"algo.advantage.estimator": "gae", "critic.model_name_or_path": "/m"}),
+    ("gspo", {"algo.advantage.estimator": "group_norm", "actor.policy_loss_type": "gspo",
+              "actor.eps_clip_low_high": "0.0003"}),
+    ("dapo", {"algo.advantage.estimator": "group_norm", "actor.eps_clip_low_high": "0.2"}),
+    ("ppo", {"algo.advantage.estimator": "gae", "critic.model_name_or_path": "/m", "algo.advantage.lambd": "0.95"}),
 ])
 def test_algorithm_mapping(algo: str, flags: dict[str, str], tmp_path: Path) -> None:
     spec = load_spec(CALC, [f"algorithm.name={algo}", "algorithm.kl_coef=0.01"])

@@ -64,6 +64,7 @@ def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
         "warmup_steps": algo.warmup_steps,
         "lr_scheduler_type": "constant_with_warmup",
         "beta": algo.kl_coef,
+        "use_bias_correction_kl": False,  # the k3 estimator as in GRPO, veRL and OpenRLHF (TRL 1.16 weights it)
         "num_generations": algo.group_size,
         "per_device_train_batch_size": max(1, completions_per_step // world_size(spec)),
         "gradient_accumulation_steps": 1,

@@ -19,6 +19,7 @@ from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.batching import BatchingPolicy, cut_at_eos
 from agentbridge.rollout.hf_policy import HFPolicy
+from agentbridge.rollout.training import task_prompt_ids, training_sequence
 from agentbridge.rollout.trajectory import Generation, SamplingParams, Trajectory
 from agentbridge_trl.config import reward_key
 
@@ -88,18 +89,23 @@ class AgentRollout:
         self.last = trajs
         if self.on_batch is not None:
             self.on_batch(trajs)
-        return to_rollout_output(trajs, self.components, self.agent.renderer.eos_token_id)
+        spec = self.agent.spec
+        fallback = [task_prompt_ids(self.agent.renderer, t, spec.agent.system_prompt) if not tr.prompt_ids else []
+                    for t, tr in zip(tasks, trajs, strict=True)]
+        return to_rollout_output(trajs, self.components, self.agent.renderer.eos_token_id, fallback)
 
 
-def to_rollout_output(trajs: list[Trajectory], components: list[str], eos_id: int) -> dict[str, Any]:
-    """TRL's rollout dict from driver trajectories (an empty response becomes one masked EOS token)."""
+def to_rollout_output(trajs: list[Trajectory], components: list[str], eos_id: int,
+                      fallback_prompts: list[list[int]] | None = None) -> dict[str, Any]:
+    """TRL's rollout dict from driver trajectories (an empty episode becomes the core's fallback sample,
+    :func:`agentbridge.rollout.training.training_sequence`: one EOS with mask 0)."""
     out: dict[str, Any] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": []}
-    for t in trajs:
-        ids, mask, lps = (t.response_ids, t.response_mask, t.logprobs) if t.response_ids else ([eos_id], [0], [0.0])
-        out["prompt_ids"].append(list(t.prompt_ids) or [eos_id])
-        out["completion_ids"].append(list(ids))
-        out["env_mask"].append(list(mask))
-        out["logprobs"].append(list(lps))
+    for i, t in enumerate(trajs):
+        seq = training_sequence(t, eos_id, (fallback_prompts or [])[i] if fallback_prompts else ())
+        out["prompt_ids"].append(seq.prompt_ids)
+        out["completion_ids"].append(seq.response_ids)
+        out["env_mask"].append(seq.response_mask)
+        out["logprobs"].append(seq.logprobs)
     for name in components:
         out[reward_key(name)] = [t.reward_components.get(name, 0.0) for t in trajs]
     if any(t.images for t in trajs):

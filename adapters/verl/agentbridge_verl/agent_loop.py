@@ -14,7 +14,9 @@ from typing import Any
 from pydantic import ConfigDict
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
+from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.training import episode_metrics, task_prompt_ids, training_sequence
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import load_spec
 from agentbridge_verl.data import task_from_row
@@ -51,20 +53,22 @@ def default_spec_path(trainer_config: Any) -> str:
 
 
 def to_output(traj: Trajectory, agent: Agent, prompt_length: int, response_length: int, *,
-              logprobs: bool, num_preempted: int = -1) -> AgentLoopOutput:
+              logprobs: bool, num_preempted: int = -1, task: Task | None = None) -> AgentLoopOutput:
     """The trajectory as an ``AgentLoopOutput`` that already fits veRL's padded shapes (veRL does not truncate).
 
-    An episode with no response token (its server failed on the first turn) gets one EOS token with mask 0: veRL's
-    V1 worker puts the reward on the last response token and fails the whole prompt group without one.
+    An episode with no response token (its server failed on the first turn) becomes the core's fallback sample
+    (:func:`agentbridge.rollout.training.training_sequence`: one EOS token with mask 0, after the ``task``'s prompt
+    when it rendered none): veRL's V1 worker puts the reward on the last response token and fails the whole prompt
+    group without one.
     """
-    prompt_ids = traj.prompt_ids[-prompt_length:]
-    response_ids = traj.response_ids[:response_length]
-    mask, token_logprobs = traj.response_mask[:response_length], traj.logprobs[:response_length]
-    if not response_ids:
-        response_ids, mask, token_logprobs = [agent.tokenizer.eos_token_id], [0], [0.0]
+    fallback = task_prompt_ids(agent.renderer, task, agent.spec.agent.system_prompt) if task is not None else []
+    seq = training_sequence(traj, agent.renderer.eos_token_id, fallback if not traj.prompt_ids else ())
+    prompt_ids = seq.prompt_ids[-prompt_length:]
+    response_ids = seq.response_ids[:response_length]
+    mask, token_logprobs = seq.response_mask[:response_length], seq.logprobs[:response_length]
     metrics = DriverMetrics(generate_sequences=traj.metrics.get("time/generate_s", 0.0),
                             tool_calls=traj.metrics.get("time/env_s", 0.0), num_preempted=num_preempted,
-                            **{k: float(v) for k, v in traj.metrics.items()})
+                            **episode_metrics(traj))
     info = {"task_id": traj.task_id, "finish_reason": traj.finish_reason, "error": traj.error or "",
             "truncated": int(len(traj.prompt_ids) > prompt_length or len(traj.response_ids) > response_length)}
     return AgentLoopOutput(
@@ -98,4 +102,5 @@ class AgentBridgeAgentLoop(AgentLoopBase):
         (traj,) = await self.agent.run([task], policy, concurrency=1)
         preempted = policy.num_preempted if policy.calls else -1
         return to_output(traj, self.agent, self.rollout_config.prompt_length, self.rollout_config.response_length,
-                         logprobs=bool(sampling_params.get("logprobs", True)), num_preempted=preempted)
+                         logprobs=bool(sampling_params.get("logprobs", True)), num_preempted=preempted,
+                         task=task)

@@ -10,10 +10,11 @@ from typing import Any
 
 # agentbridge name -> veRL settings. Values follow veRL's own recipes for each method.
 ALGORITHMS: dict[str, dict[str, Any]] = {
+    # GRPO: each sequence's token mean, then the mean over sequences (the paper's objective; TRL's loss_type grpo)
     "grpo": {
         "algorithm.adv_estimator": "grpo",
         "algorithm.norm_adv_by_std_in_grpo": True,
-        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
     },
     # Dr. GRPO: no std normalisation, no length normalisation (sum over tokens / fixed constant)
     "dr_grpo": {
@@ -38,9 +39,10 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
         "actor_rollout_ref.actor.clip_ratio_low": 3e-4,
         "actor_rollout_ref.actor.clip_ratio_high": 4e-4,
     },
+    # RLOO: REINFORCE on whole sequences (token losses summed per sequence, averaged over sequences)
     "rloo": {
         "algorithm.adv_estimator": "rloo",
-        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-sum",
     },
     "reinforce_pp": {
         "algorithm.adv_estimator": "reinforce_plus_plus",
@@ -50,7 +52,7 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     "ppo": {
         "algorithm.adv_estimator": "gae",
         "algorithm.gamma": 1.0,
-        "algorithm.lam": 1.0,
+        "algorithm.lam": 0.95,
         "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
     },
 }
@@ -61,7 +63,7 @@ GROUPED = {"grpo", "dr_grpo", "dapo", "gspo", "rloo"}
 NOTES = [
     "dapo: clip-higher + token-mean loss; dynamic sampling (filter_groups) and the overlong penalty are recipe "
     "features outside veRL 0.9.1's main trainer, so they are not applied",
-    "ppo: GAE with a critic initialised from model.path (critic.optim.lr = algorithm.lr x 10)",
+    "ppo: GAE (gamma 1, lambda 0.95) with a critic initialised from model.path (critic.optim.lr = algorithm.lr x 10)",
     "reinforce_pp: veRL's reinforce_plus_plus estimator (batch-normalised returns)",
 ]
 

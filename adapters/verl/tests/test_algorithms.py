@@ -14,11 +14,11 @@ from agentbridge_verl.backend import VerlBackend
 from agentbridge_verl.validate import compose_job, validate_job
 
 EXPECTED = {  # name -> (adv_estimator, policy loss, loss_agg_mode, norm by std, critic)
-    "grpo": ("grpo", "vanilla", "token-mean", True, False),
+    "grpo": ("grpo", "vanilla", "seq-mean-token-mean", True, False),
     "dr_grpo": ("grpo", "vanilla", "seq-mean-token-sum-norm", False, False),
     "dapo": ("grpo", "vanilla", "token-mean", True, False),
     "gspo": ("grpo", "gspo", "seq-mean-token-mean", True, False),
-    "rloo": ("rloo", "vanilla", "token-mean", True, False),
+    "rloo": ("rloo", "vanilla", "seq-mean-token-sum", True, False),
     "reinforce_pp": ("reinforce_plus_plus", "vanilla", "token-mean", True, False),
     "ppo": ("gae", "vanilla", "token-mean", True, True),
 }

@@ -1,0 +1,83 @@
+"""veRL's side of the algorithm conformance: the golden batch through veRL 0.9.1's own ``core_algos``, configured
+by the compiled job's trainer config (``main_ppo``'s Hydra compose of the job directory).
+
+Real: the composed ``algorithm`` and ``actor`` configs (``AlgoConfig``, ``ActorConfig`` via veRL's
+``omega_conf_to_dataclass``), ``get_adv_estimator_fn`` with the arguments ``compute_advantage`` passes,
+``get_policy_loss_fn(loss_mode)``, ``kl_penalty`` and ``agg_loss`` as ``dp_actor`` calls them. The batch is padded to
+the job's ``data.max_response_length``, as the trainer pads every response. Not run: the trainer loop (it needs
+GPU workers); veRL's main trainer has no dynamic group filtering, so every group is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# what veRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> (why, KL-on only);
+# warned at validate, recorded in the job manifest, checked by the algorithm conformance suite
+DIFFERENCES: dict[str, dict[str, tuple[str, bool]]] = {
+    "dapo": {"kept": ("veRL 0.9.1's main trainer has no dynamic sampling (filter_groups is a recipe feature); "
+                      "groups whose rewards are all equal are trained on", False)},
+    "reinforce_pp": {
+        "advantages": ("masked_whiten uses the unbiased (n-1) variance; with KL on, veRL's KL is a loss term, "
+                       "not a k1 penalty in the token rewards", False),
+        "kl": ("k3 (low_var_kl) in the loss instead of k1 in the reward", True)},
+    "ppo": {
+        "advantages": ("GAE advantages are whitened with the unbiased (n-1) variance; with KL on, veRL's KL is a "
+                       "loss term, not a k1 penalty in the token rewards", False),
+        "kl": ("k3 (low_var_kl) in the loss instead of k1 in the reward", True)},
+}
+
+
+def probe(job: Path, batch: Any) -> dict[str, Any]:
+    """The algorithm quantities veRL computes for ``batch`` under the job in ``job`` (see the core's module)."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo import core_algos
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from agentbridge.conformance.algorithms import reference_advantages
+    from agentbridge.spec import load_spec
+    from agentbridge_verl.validate import compose_job
+
+    spec = load_spec(str(Path(job) / "spec.yaml"))
+    cfg = compose_job(Path(job), spec, "model")
+    width = int(cfg.data.max_response_length)
+    t = batch.tensors(width)
+    mask = t["mask"].float()
+    index = np.array([str(g) for g in t["group"].tolist()], dtype=object)
+    algo = omega_conf_to_dataclass(cfg.algorithm)
+    estimator = cfg.algorithm.adv_estimator
+    scores = torch.zeros_like(mask)
+    last = width - 1 - torch.fliplr(t["mask"]).argmax(dim=1)
+    scores[torch.arange(len(scores)), last] = t["rewards"]
+    rewards = scores
+    if cfg.algorithm.use_kl_in_reward:  # ray_trainer.apply_kl_penalty
+        kld = core_algos.kl_penalty(t["old_logp"], t["ref_logp"], kl_penalty=cfg.algorithm.kl_penalty) * mask
+        rewards = scores - float(cfg.algorithm.kl_ctrl.kl_coef) * kld
+    fn = core_algos.get_adv_estimator_fn(estimator)
+    if estimator == "gae":
+        adv, _ = fn(token_level_rewards=rewards, values=t["values"], response_mask=mask,
+                    gamma=cfg.algorithm.gamma, lam=cfg.algorithm.lam)
+    else:
+        kwargs: dict[str, Any] = {"token_level_rewards": rewards, "response_mask": mask, "config": algo,
+                                  "index": index}
+        if estimator == "grpo":
+            kwargs["norm_adv_by_std_in_grpo"] = cfg.algorithm.norm_adv_by_std_in_grpo
+        adv, _ = fn(**kwargs)
+    actor_cfg = cfg.actor_rollout_ref.actor
+    actor = omega_conf_to_dataclass(actor_cfg)
+    mode = actor_cfg.get("loss_agg_mode", "token-mean")
+    loss_mode = actor_cfg.policy_loss.get("loss_mode", "vanilla")
+    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(width, torch.float64),
+                                   spec.algorithm.kl_coef).float()
+    loss, metrics = core_algos.get_policy_loss_fn(loss_mode)(
+        old_log_prob=t["old_logp"], log_prob=t["logp"], advantages=ref_adv, response_mask=mask,
+        loss_agg_mode=mode, config=actor)
+    kl = 0.0
+    if actor_cfg.use_kl_loss:
+        kld = core_algos.kl_penalty(logprob=t["logp"], ref_logprob=t["ref_logp"], kl_penalty=actor_cfg.kl_loss_type)
+        kl = float(core_algos.agg_loss(loss_mat=kld, loss_mask=mask, loss_agg_mode=mode)) * actor_cfg.kl_loss_coef
+    n = len(batch.mask[0])
+    return {"advantages": (adv * mask)[:, :n].tolist(), "loss": float(loss),
+            "clip_fraction": float(metrics["actor/pg_clipfrac"]), "kl": kl, "kept": batch.groups()}

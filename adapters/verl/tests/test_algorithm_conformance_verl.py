@@ -1,0 +1,19 @@
+"""veRL's core_algos against agentbridge's reference math, configured as the compiled job configures them."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentbridge.conformance.algorithms import problem_lines, run_algorithms
+
+
+def test_grpo_matches_and_turning_off_std_normalisation_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    (cell,) = run_algorithms("verl", ("grpo",))
+    assert cell.status in ("✔", "≈"), problem_lines([cell])
+    assert set(cell.deltas) == {"advantages", "loss", "clip_fraction", "kl", "kept"}
+    from agentbridge_verl import algorithms
+
+    monkeypatch.setitem(algorithms.ALGORITHMS["grpo"], "algorithm.norm_adv_by_std_in_grpo", False)
+    (broken,) = run_algorithms("verl", ("grpo",))
+    assert broken.status == "✘" and broken.unexpected() == ["advantages"]
+    assert [line.split(" max|Δ|=")[0] for line in problem_lines([broken])] == ["grpo verl advantages"]

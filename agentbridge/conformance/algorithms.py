@@ -1,0 +1,423 @@
+"""Algorithm conformance: agentbridge's reference math for each algorithm name, and the comparison with what each
+backend's own advantage and policy-loss code computes on the same golden batch, configured as its compiled job.
+
+The reference follows the papers (plain torch, float64):
+
+- ``grpo`` (Shao et al. 2024): ``A = (r - mean_g) / (std_g + 1e-6)`` (unbiased std within the group); token
+  ratio, PPO clip 0.2; loss averaged over each sequence's tokens, then over sequences; KL: k3 estimator in the loss.
+- ``dr_grpo`` (Liu et al. 2025): ``A = r - mean_g``; clip 0.2; token losses summed and divided by
+  ``sequences x max_response_tokens`` (a constant); KL as grpo.
+- ``dapo`` (Yu et al. 2025): grpo advantages; clip-higher (0.2, 0.28); token-level loss (all tokens of the batch);
+  dynamic sampling drops groups whose rewards are all equal; no overlong shaping here; KL as grpo when asked for.
+- ``gspo`` (Zheng et al. 2025): grpo advantages; sequence ratio ``exp(mean_t log ratio)``, clip (3e-4, 4e-4);
+  loss averaged per sequence; KL as grpo.
+- ``rloo`` (Ahmadian et al. 2024): ``A_i = r_i - mean_{j != i} r_j``; clip 0.2; per-sequence sum of token losses,
+  averaged over sequences (REINFORCE on the whole sequence); KL as grpo.
+- ``reinforce_pp`` (Hu 2025): token rewards ``r_T - beta * k1_t``, returns with gamma 1, advantages whitened over
+  every action token of the batch (population std); clip 0.2; token-level loss; KL in the reward, not the loss.
+- ``ppo`` (Schulman et al. 2017, GAE 2016, as in RLHF): token rewards as reinforce_pp, GAE with gamma 1 and
+  lambda 0.95 over the action tokens (environment tokens skipped), whitened; clip 0.2; token-level loss.
+
+Each stage is fed the reference's inputs, so a difference names the stage: ``advantages`` (from rewards, values,
+log-probs), ``loss`` (the clipped policy loss from the reference advantages), ``clip_fraction``, ``kl`` (the KL term
+added to the loss) and ``kept`` (the groups dynamic sampling keeps). A backend's probe
+(``agentbridge_<backend>.algorithm_probe.probe(job_dir, batch)``) runs that backend's own code, in its own
+environment, configured by the job directory ``compile`` wrote.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import math
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo")
+QUANTITIES = ("advantages", "loss", "clip_fraction", "kl", "kept")
+LOGGED_ONLY = ("clip_fraction",)  # each backend's logged clip metric: reported, never a ✘ on its own
+KL_COEF = 0.05  # the "KL on" variant of every algorithm
+GROUP_SIZE = 4
+IDENTICAL = 1e-5  # float32 backends against the float64 reference
+CLOSE = 1e-3
+CLIP = {"dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
+GAE_LAMBDA = 0.95
+
+
+@dataclass
+class GoldenBatch:
+    """Three groups of four responses (width 8, padded with mask 0): all-equal rewards, all-zero, mixed; different
+    lengths, an environment gap inside one response, a truncated (full-width) one; ratios inside and outside the
+    clip ranges, some exactly 1 (on-policy); a reference policy for the KL term and values for GAE."""
+
+    rewards: list[float]
+    group: list[int]
+    mask: list[list[int]]
+    old_logp: list[list[float]]
+    logp: list[list[float]]
+    ref_logp: list[list[float]]
+    values: list[list[float]]
+    max_response_tokens: int = 256
+
+    def tensors(self, width: int | None = None, dtype: Any = None) -> dict[str, Any]:
+        """The batch as torch tensors, right-padded to ``width`` (the backend's response length)."""
+        import torch
+
+        dtype = dtype or torch.float32
+        w = width or len(self.mask[0])
+
+        def pad(rows: list[list[float]], t: Any) -> Any:
+            return torch.tensor([list(r) + [0] * (w - len(r)) for r in rows], dtype=t)
+
+        return {"rewards": torch.tensor(self.rewards, dtype=dtype), "group": torch.tensor(self.group),
+                "mask": pad(self.mask, torch.long), "old_logp": pad(self.old_logp, dtype),
+                "logp": pad(self.logp, dtype), "ref_logp": pad(self.ref_logp, dtype), "values": pad(self.values, dtype)}
+
+    def groups(self) -> list[int]:
+        return sorted(set(self.group))
+
+
+def golden_batch() -> GoldenBatch:
+    """The golden batch (deterministic; no random numbers)."""
+    rewards = [0.5] * 4 + [0.0] * 4 + [1.0, 0.0, 0.5, 0.0]
+    lengths = [3, 5, 8, 4, 6, 2, 7, 8, 5, 3, 8, 6]  # 8 = the full width: a truncated response
+    mask = [[1] * n + [0] * (8 - n) for n in lengths]
+    mask[6][2:4] = [0, 0]  # an environment observation inside a multi-turn response
+    deltas = [0.0, 0.15, -0.3, 0.45, -0.1, 0.25, -0.45, 0.05]
+    old, new, ref, values = [], [], [], []
+    for i in range(12):
+        o = [-((i * 7 + t * 13) % 29 + 1) / 20.0 for t in range(8)]
+        on_policy = i in (0, 5, 9)  # ratio exactly 1: inside every clip range, GSPO's included
+        d = [0.0 if on_policy else deltas[(i + t) % 8] for t in range(8)]
+        old.append(o)
+        new.append([a + b for a, b in zip(o, d, strict=True)])
+        ref.append([a - 0.1 * ((i + 2 * t) % 5 - 2) for t, a in enumerate(o)])
+        values.append([0.1 * ((i + t) % 7) - 0.2 for t in range(8)])
+    return GoldenBatch(rewards, [i // GROUP_SIZE for i in range(12)], mask, old, new, ref, values)
+
+
+# ---------------------------------------------------------------------------------------------- reference math
+
+
+def _last_action(mask: Any) -> Any:
+    import torch
+
+    w = mask.shape[1]
+    return w - 1 - torch.fliplr(mask.long()).argmax(dim=1)
+
+
+def _token_rewards(t: dict[str, Any], beta: float) -> Any:
+    """Outcome reward on the last action token, minus ``beta`` x k1 on every action token."""
+    import torch
+
+    m = t["mask"].to(t["logp"].dtype)
+    out = torch.zeros_like(t["logp"])
+    out[torch.arange(len(out)), _last_action(t["mask"])] = t["rewards"]
+    return out - beta * (t["old_logp"] - t["ref_logp"]) * m
+
+
+def _whiten(x: Any, mask: Any) -> Any:
+    m = mask.to(x.dtype)
+    mean = (x * m).sum() / m.sum()
+    var = (((x - mean) ** 2) * m).sum() / m.sum()
+    return (x - mean) / (var.sqrt() + 1e-8) * m
+
+
+def reference_advantages(name: str, t: dict[str, Any], kl_coef: float) -> Any:
+    """Per-token advantages (0 outside the mask)."""
+    import torch
+
+    r, g, m = t["rewards"], t["group"], t["mask"].to(t["logp"].dtype)
+    if name in ("reinforce_pp", "ppo"):
+        rew = _token_rewards(t, kl_coef)
+        if name == "reinforce_pp":
+            returns = torch.flip(torch.cumsum(torch.flip(rew * m, [1]), 1), [1])
+            return _whiten(returns, t["mask"])
+        adv = torch.zeros_like(rew)
+        for i in range(len(rew)):  # GAE over the action tokens only (gamma 1)
+            idx = [k for k in range(rew.shape[1]) if m[i, k] > 0]
+            last, nxt = 0.0, 0.0
+            for k in reversed(idx):
+                delta = rew[i, k] + nxt - t["values"][i, k]
+                last = delta + GAE_LAMBDA * last
+                adv[i, k], nxt = last, t["values"][i, k]
+        return _whiten(adv, t["mask"])
+    out = torch.zeros_like(r)
+    for gid in g.unique():
+        sel = g == gid
+        rg = r[sel]
+        if name == "rloo":
+            out[sel] = rg - (rg.sum() - rg) / (len(rg) - 1)
+        elif name == "dr_grpo":
+            out[sel] = rg - rg.mean()
+        else:
+            out[sel] = (rg - rg.mean()) / (rg.std() + 1e-6)
+    return out.unsqueeze(1) * m
+
+
+def kept_groups(name: str, t: dict[str, Any]) -> list[int]:
+    """The groups a step trains on: DAPO's dynamic sampling drops groups whose rewards are all equal."""
+    gids = [int(x) for x in t["group"].unique()]
+    if name != "dapo":
+        return gids
+    return [gid for gid in gids if float(t["rewards"][t["group"] == gid].std()) > 0]
+
+
+def reference(name: str, batch: GoldenBatch, kl_coef: float) -> dict[str, Any]:
+    """The reference quantities of algorithm ``name`` on ``batch`` (see the module docstring)."""
+    import torch
+
+    t = batch.tensors(dtype=torch.float64)
+    m = t["mask"].to(torch.float64)
+    adv = reference_advantages(name, t, kl_coef)
+    low, high = CLIP.get(name, (0.2, 0.2))
+    log_ratio = t["logp"] - t["old_logp"]
+    if name == "gspo":
+        seq = (log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1)
+        ratio = seq.exp().unsqueeze(1).expand_as(m)
+    else:
+        ratio = log_ratio.exp()
+    surr1, surr2 = ratio * adv, ratio.clamp(1 - low, 1 + high) * adv
+    per_token = -torch.min(surr1, surr2)
+    clipped = (surr2 < surr1).to(torch.float64)
+    k3 = torch.exp(t["ref_logp"] - t["logp"]) - (t["ref_logp"] - t["logp"]) - 1
+    # every group enters the loss: which groups dynamic sampling keeps is its own quantity ("kept")
+    loss, kl = _aggregate(name, per_token, m, batch.max_response_tokens), _aggregate(name, k3, m,
+                                                                                       batch.max_response_tokens)
+    kl_in_loss = kl_coef > 0 and name not in ("reinforce_pp", "ppo")
+    return {"advantages": (adv * m).tolist(), "loss": float(loss),
+            "clip_fraction": float((clipped * m).sum() / m.sum()),
+            "kl": float(kl_coef * kl) if kl_in_loss else 0.0, "kept": kept_groups(name, t)}
+
+
+def _aggregate(name: str, x: Any, m: Any, max_tokens: int) -> Any:
+    rows = m.sum(-1) > 0
+    if name in ("grpo", "gspo"):  # per-sequence token mean, then mean over sequences
+        return ((x * m).sum(-1)[rows] / m.sum(-1)[rows]).mean()
+    if name == "dr_grpo":
+        return (x * m).sum() / (rows.sum() * max_tokens)
+    if name == "rloo":
+        return (x * m).sum(-1)[rows].mean()
+    return (x * m).sum() / m.sum()  # token mean: dapo, reinforce_pp, ppo
+
+
+# ---------------------------------------------------------------------------------------------- documented differences
+
+
+def probe_module(backend: Any) -> Any:
+    """``<adapter package>.algorithm_probe`` of a backend object (imports no backend at module level)."""
+    return importlib.import_module(f"{type(backend).__module__.split('.')[0]}.algorithm_probe")
+
+
+def documented(backend: Any, name: str, kl_coef: float | None = None) -> dict[str, str]:
+    """The differences from the reference a backend's adapter documents for algorithm ``name`` (``quantity ->
+    why``; its ``DIFFERENCES`` table): those the backend cannot be configured away. With ``kl_coef`` 0, the ones
+    that only appear with KL on are left out."""
+    try:
+        table = getattr(probe_module(backend), "DIFFERENCES", {})
+    except ImportError:
+        return {}
+    out = {}
+    for quantity, (why, kl_only) in table.get(name, {}).items():
+        if not (kl_only and kl_coef is not None and kl_coef <= 0):
+            out[quantity] = why
+    return out
+
+
+def difference_lines(backend: Any, name: str, kl_coef: float | None = None) -> list[str]:
+    """One line per documented difference, for ``validate`` and the job manifest."""
+    return [f"algorithm {name} on {backend.name}: {quantity} differs from agentbridge's reference: {why}"
+            for quantity, why in documented(backend, name, kl_coef).items()]
+
+
+def job_differences(job: Any) -> list[str]:
+    """The documented differences of a compiled job (its backend, its spec's algorithm and KL), for its manifest."""
+    from agentbridge.plugins import get_plugins
+    from agentbridge.spec import load_spec
+
+    registry = get_plugins().backends
+    if job.backend not in registry:
+        return []
+    spec = load_spec(str(job.path / "spec.yaml"))
+    return difference_lines(registry.get(job.backend), spec.algorithm.name, spec.algorithm.kl_coef)
+
+
+# ---------------------------------------------------------------------------------------------- comparison
+
+
+@dataclass
+class Cell:
+    """One algorithm (with KL off and on) on one backend: ✔ identical, ≈ within tolerance, ≠ a documented
+    difference (warned at validate, recorded in the manifest), ✘ an undocumented one (or a documented one that is
+    gone: the documentation is stale), or n/a."""
+
+    algorithm: str
+    backend: str
+    status: str = "✔"
+    deltas: dict[str, float] = field(default_factory=dict)  # quantity -> max |Δ| over the KL off/on variants
+    why: str = ""
+    known: dict[str, str] = field(default_factory=dict)  # documented differences: quantity -> why
+
+    def worst(self, logged: bool = False) -> list[str]:
+        """The quantities beyond tolerance (with ``logged``, the logged-only metrics too)."""
+        return [q for q, d in self.deltas.items() if d > CLOSE and (logged or q not in LOGGED_ONLY)]
+
+    def unexpected(self) -> list[str]:
+        """Quantities that differ without being documented, then documented ones that no longer differ."""
+        worst = self.worst()
+        return [q for q in worst if q not in self.known] + [f"{q} (documented, yet equal)" for q in self.known
+                                                            if q in self.deltas and q not in worst]
+
+
+def max_delta(want: Any, got: Any) -> float:
+    """max |Δ| between two numbers, nested lists of numbers, or group lists (1 when they differ)."""
+    if isinstance(want, list) and want and not isinstance(want[0], list) and isinstance(want[0], int) \
+            and not isinstance(want[0], bool):
+        return 0.0 if sorted(want) == sorted(got or []) else 1.0
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) < len(want):
+            return math.inf
+        return max([max_delta(w, g) for w, g in zip(want, got, strict=False)] or [0.0])
+    if got is None:
+        return math.inf
+    return abs(float(want) - float(got))
+
+
+def compare_cell(name: str, backend: str, got: dict[str, dict[str, Any]], batch: GoldenBatch,
+                 known: dict[str, str] | None = None) -> Cell:
+    """Compare a backend's probe output for ``name`` (variants ``name`` and ``name+kl``) with the reference."""
+    cell = Cell(name, backend, known=dict(known or {}))
+    for variant, coef in ((name, 0.0), (f"{name}+kl", KL_COEF)):
+        if variant not in got:
+            continue
+        want = reference(name, batch, coef)
+        for q in QUANTITIES:
+            if q in got[variant]:
+                cell.deltas[q] = max(cell.deltas.get(q, 0.0), max_delta(want[q], got[variant][q]))
+    worst = max((d for q, d in cell.deltas.items() if q not in LOGGED_ONLY), default=0.0)
+    cell.status = "✘" if cell.unexpected() else "≠" if worst > CLOSE else "≈" if worst > IDENTICAL else "✔"
+    return cell
+
+
+def problem_lines(cells: list[Cell]) -> list[str]:
+    """One line per difference: algorithm, backend, quantity, max |Δ| (and whether it is documented)."""
+    def tag(c: Cell, q: str) -> str:
+        if q in LOGGED_ONLY:
+            return " (logged metric only)"
+        return f" (documented: {c.known[q]})" if q in c.known else " (undocumented)"
+
+    return [f"{c.algorithm} {c.backend} {q} max|Δ|={c.deltas[q]:.3g}{tag(c, q)}"
+            for c in cells for q in c.worst(logged=True)] + \
+        [f"{c.algorithm} {c.backend} {q}" for c in cells for q in c.unexpected() if q.endswith("yet equal)")]
+
+
+# ---------------------------------------------------------------------------------------------- running probes
+
+
+def golden_algorithm_spec(name: str, backend: str, kl_coef: float) -> Any:
+    """The golden text spec set to one algorithm, groups of four, and a KL coefficient."""
+    from agentbridge.conformance.suite import golden_spec
+
+    return golden_spec("text", [f"backend.name={backend}", f"algorithm.name={name}",
+                                f"algorithm.group_size={GROUP_SIZE}", f"algorithm.kl_coef={kl_coef}"])
+
+
+def backend_probe_results(backend_name: str, workdir: Path, algorithms: tuple[str, ...] = ALGORITHMS,
+                          ) -> dict[str, Any]:
+    """Compile each algorithm (KL off and on) for ``backend_name`` into ``workdir`` and run the backend's probe
+    on the golden batch; ``{"results": {variant: quantities}, "unsupported": {algorithm: why}}``. Runs here."""
+    from agentbridge.conformance.suite import _backend
+
+    backend = _backend(backend_name)
+    probe = probe_module(backend).probe
+    batch = golden_batch()
+    out: dict[str, Any] = {"results": {}, "unsupported": {}}
+    for name in algorithms:
+        for variant, coef in ((name, 0.0), (f"{name}+kl", KL_COEF)):
+            spec = golden_algorithm_spec(name, backend_name, coef)
+            problems = backend.check(spec)
+            if problems:
+                out["unsupported"][name] = str(problems[0])
+                break
+            job = backend.compile(spec, workdir / variant.replace("+", "_")).path
+            out["results"][variant] = probe(job, batch)
+    return out
+
+
+def run_algorithms(backend_name: str, algorithms: tuple[str, ...] = ALGORITHMS,
+                   workdir: Path | None = None) -> list[Cell]:
+    """The algorithm x backend cells of one backend: its probe runs in this interpreter when its package imports
+    here, else in the backend's own environment (``python -m agentbridge.conformance algorithms``)."""
+    from agentbridge.backends import backend_python
+    from agentbridge.conformance.suite import ConformanceError, _backend
+
+    backend = _backend(backend_name)
+    module = getattr(backend, "module", backend_name)
+    with tempfile.TemporaryDirectory(prefix=f"algorithms-{backend_name}-") as tmp:
+        work = Path(workdir or tmp)
+        if importlib.util.find_spec(module) is not None:
+            try:
+                payload = backend_probe_results(backend_name, work, algorithms)
+            except Exception as e:  # noqa: BLE001 - one line, as from another environment
+                raise ConformanceError(f"backend {backend_name}: {type(e).__name__}: {e}".splitlines()[0]) from e
+        else:
+            python = backend_python(backend_name, module)
+            if python is None:
+                raise ConformanceError(f"backend {backend_name}: '{module}' is not installed here and no environment "
+                                       f"for it was found; run `agentbridge backends setup {backend_name}`")
+            cmd = [python, "-m", "agentbridge.conformance", "algorithms", backend_name, "--workdir", str(work),
+                   "--algorithms", ",".join(algorithms)]
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            try:
+                payload = json.loads(result.stdout.strip().splitlines()[-1])
+            except (json.JSONDecodeError, IndexError):
+                tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+                raise ConformanceError(f"backend {backend_name}: the algorithm probe in {python} failed: {tail}") \
+                    from None
+            if "error" in payload:
+                raise ConformanceError(f"backend {backend_name}: {payload['error']}")
+    batch = golden_batch()
+    cells = []
+    for name in algorithms:
+        if name in payload["unsupported"]:
+            cells.append(Cell(name, backend_name, "n/a", why=payload["unsupported"][name]))
+        else:
+            cells.append(compare_cell(name, backend_name, payload["results"], batch, documented(backend, name)))
+    return cells
+
+
+def table(cells: list[Cell], backends: list[str]) -> str:
+    """The algorithm x backend table as plain text (✔ identical, ≈ within tolerance, ≠ documented difference,
+    ✘ with the quantity)."""
+    by = {(c.algorithm, c.backend): c for c in cells}
+    names = [a for a in ALGORITHMS if any(c.algorithm == a for c in cells)]
+    rows = [["algorithm", *backends]]
+    for a in names:
+        row = [a]
+        for b in backends:
+            c = by.get((a, b))
+            if c is None:
+                row.append("")
+            elif c.status == "✘":
+                row.append("✘ " + ",".join(c.unexpected()))
+            elif c.status == "≠":
+                row.append("≠ " + ",".join(c.worst()))
+            else:
+                row.append(c.status)
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def cells_to_json(cells: list[Cell]) -> list[dict[str, Any]]:
+    return [asdict(c) for c in cells]
+
+
+def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    return fn(*args, **kwargs), time.perf_counter() - t0

@@ -1,0 +1,56 @@
+"""What a backend trains on for one episode: the driver's tokens, or the one empty-episode fallback every adapter uses.
+
+An episode that failed before its first token (an environment that could not reset, an engine that failed on the
+first turn) still becomes a valid training sample on every backend, so one broken episode never fails a batch:
+its prompt is the task's prompt as the renderer writes it (when the episode never rendered one) and its response
+is one EOS token with loss mask 0 and log-prob 0 — nothing the policy did not generate is ever trained on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentbridge.rollout.trajectory import Trajectory
+
+# the per-episode metrics every backend logs, the same keys on every sample (0 where an episode has none: an
+# episode that failed before its first step has no tool metrics, one that errored is not scored)
+EPISODE_METRICS = ("episode/turns", "episode/response_tokens", "episode/generated_tokens", "tools/calls",
+                   "tools/failures", "tools/parse_errors", "tools/truncated", "reward/errors", "time/generate_s",
+                   "time/env_s")
+
+
+def episode_metrics(traj: Trajectory) -> dict[str, float]:
+    """:data:`EPISODE_METRICS` of ``traj`` (missing ones 0): backends that concatenate per-sample metrics across a
+    batch need the same keys on every sample."""
+    return {key: float(traj.metrics.get(key, 0.0)) for key in EPISODE_METRICS}
+
+
+@dataclass
+class TrainingSequence:
+    """The token-level sample a backend receives for one episode (no padding)."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    logprobs: list[float]
+
+
+def task_prompt_ids(renderer: Any, task: Any, system_prompt: str | None = None) -> list[int]:
+    """The prompt of ``task`` as the driver would render it before the environment speaks (text only): the
+    fallback prompt of an episode that failed before rendering its own."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": str(task.prompt)})
+    return list(renderer.render_prompt(messages))
+
+
+def training_sequence(traj: Trajectory, eos_token_id: int,
+                      fallback_prompt_ids: Sequence[int] = ()) -> TrainingSequence:
+    """The sample for ``traj``: its own tokens, or for an episode with no response token one EOS with loss mask 0
+    and log-prob 0 (after ``fallback_prompt_ids``, or one EOS, when it has no prompt either)."""
+    prompt = list(traj.prompt_ids) or list(fallback_prompt_ids) or [int(eos_token_id)]
+    if not traj.response_ids:
+        return TrainingSequence(prompt, [int(eos_token_id)], [0], [0.0])
+    return TrainingSequence(prompt, list(traj.response_ids), list(traj.response_mask),
+                            [float(x) for x in traj.logprobs])
