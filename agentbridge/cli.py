@@ -451,14 +451,17 @@ def conformance(backend_names: str | None, kind: str, workdir: str | None, algor
 def _algorithm_conformance(backend_names: str, workdir: str | None) -> None:
     """The algorithm x backend table (✔ identical, ≈ within tolerance, ✘ with the quantity); exit 1 on ✘."""
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     from agentbridge.conformance.algorithms import problem_lines, run_algorithms, table
 
     names = [n.strip() for n in backend_names.split(",") if n.strip()]
-    cells, t0 = [], time.perf_counter()
-    for name in names:
-        click.echo(f"algorithms: {name} ...", err=True)
-        cells += run_algorithms(name, workdir=Path(workdir) / name if workdir else None)
+    t0 = time.perf_counter()
+    click.echo(f"algorithms: {', '.join(names)} ...", err=True)
+    with ThreadPoolExecutor(max_workers=len(names) or 1) as pool:  # backends in other environments run in parallel
+        runs = [pool.submit(run_algorithms, name, workdir=Path(workdir) / name if workdir else None)
+                for name in names]
+        cells = [cell for run in runs for cell in run.result()]
     click.echo(table(cells, names))
     for line in problem_lines(cells):
         click.echo(f"difference: {line}", err=True)

@@ -3,14 +3,15 @@ a trainer built from the compiled job's ``grpo_config.json``.
 
 Real: the ``GRPOTrainer`` the job builds (``build_trainer`` with the job's ``GRPOConfig`` arguments, the spec's
 tiny model) and its ``_compute_loss`` (ratio, clipping, importance-sampling level, KL estimator and ``beta``, loss
-aggregation by ``loss_type``, its ``clip_ratio/region_mean`` and ``kl`` metrics). Stand-in: the model's forward
-(``_get_per_token_logps_and_entropies`` returns the golden batch's current log-probs). Not probed: TRL's
-advantages (computed inline in ``_generate_and_score_completions``, between generation and scoring); TRL has no
-dynamic sampling, so every group is kept.
+aggregation by ``loss_type``, its ``clip_ratio/region_mean`` and ``kl`` metrics), and its advantages as
+``_generate_and_score_completions`` computes them from the reward functions' outputs. Stand-ins: the model's
+forward in the loss (``_get_per_token_logps_and_entropies`` returns the golden batch's current log-probs) and
+the ``rollout_func`` (returns the golden responses and rewards). TRL has no dynamic sampling: every group is kept.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -20,13 +21,15 @@ DIFFERENCES: dict[str, dict[str, tuple[str, bool]]] = {
     "dapo": {"kept": ("GRPOTrainer has no dynamic sampling; groups whose rewards are all equal are trained on "
                       "(with zero advantage)", False)},
 }
+_LOADED: dict[str, tuple[Any, Any]] = {}
+
 
 def probe(job: Path, batch: Any) -> dict[str, Any]:
     """The algorithm quantities TRL computes for ``batch`` under the job in ``job``."""
     import torch
 
     from agentbridge.conformance.algorithms import reference_advantages
-    from agentbridge.models import load_model
+    from agentbridge.models import load_model, load_tokenizer
     from agentbridge.rollout.agent import Agent
     from agentbridge.spec import load_spec
     from agentbridge_trl.trainer import build_trainer
@@ -34,8 +37,11 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     spec = load_spec(str(Path(job) / "spec.yaml"))
     kwargs = json.loads((Path(job) / "grpo_config.json").read_text())
     kwargs["output_dir"] = str(Path(job) / "trainer")
-    agent = Agent.from_spec(spec)
-    trainer, _ = build_trainer(agent, load_model(spec.model.path), kwargs, agent.tasks("train"))
+    if spec.model.path not in _LOADED:  # one load per process: the probe builds a trainer per algorithm
+        _LOADED[spec.model.path] = (load_tokenizer(spec.model.path), load_model(spec.model.path))
+    tokenizer, model = _LOADED[spec.model.path]
+    agent = Agent.from_spec(spec, tokenizer)
+    trainer, _ = build_trainer(agent, copy.deepcopy(model), kwargs, agent.tasks("train"))
     t = batch.tensors()
     n, width = t["mask"].shape
     lengths = torch.tensor([len(m) - m[::-1].index(1) for m in batch.mask])
@@ -44,6 +50,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     def forward_stand_in(*_: Any, **__: Any) -> tuple[Any, Any, None]:
         return t["logp"], torch.zeros_like(t["logp"]), None
 
+    advantages = _advantages(trainer, batch, spec)
     trainer._get_per_token_logps_and_entropies = forward_stand_in
     ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64), spec.algorithm.kl_coef)
     seq_adv = torch.stack([ref_adv[i][t["mask"][i].bool()][0] for i in range(n)]).float()  # one per sequence
@@ -59,4 +66,35 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
         beta, trainer.beta = trainer.beta, 0.0
         loss = float(trainer._compute_loss(trainer.model, inputs))
         trainer.beta = beta
-    return {"loss": loss, "clip_fraction": float(clip), "kl": total - loss, "kept": batch.groups()}
+    return {"advantages": advantages, "loss": loss, "clip_fraction": float(clip), "kl": total - loss,
+            "kept": batch.groups()}
+
+
+def _advantages(trainer: Any, batch: Any, spec: Any) -> list[list[float]]:
+    """TRL's own advantages for the golden rewards: ``_generate_and_score_completions`` on one prompt per group,
+    ``num_generations`` times, with a stand-in ``rollout_func`` returning the golden responses and the golden
+    reward as the first reward component (the others 0); the per-sequence advantage is broadcast over the mask."""
+    from agentbridge_trl.config import reward_components, reward_key
+
+    components = reward_components(spec)
+    n = len(batch.rewards)
+    eos = trainer.processing_class.eos_token_id if hasattr(trainer.processing_class, "eos_token_id") else 0
+
+    def rollout_stand_in(prompts: list[Any], _: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"prompt_ids": [[eos] for _ in prompts], "completion_ids": [], "logprobs": [],
+                               "env_mask": []}
+        for i in range(len(prompts)):
+            length = len(batch.mask[i]) - batch.mask[i][::-1].index(1)
+            out["completion_ids"].append([eos] * length)
+            out["logprobs"].append(list(batch.old_logp[i][:length]))
+            out["env_mask"].append(list(batch.mask[i][:length]))
+        for k, (name, weight) in enumerate(components):
+            out[reward_key(name)] = [r / weight if k == 0 else 0.0 for r in batch.rewards]
+        return out
+
+    trainer.rollout_func = rollout_stand_in
+    rows = [dict(trainer.train_dataset[g]) for g in batch.group]  # one dataset row per group, as RepeatSampler does
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(rows)
+    adv = out["advantages"].reshape(n).tolist()
+    return [[a * m for m in batch.mask[i]] for i, a in enumerate(adv)]
