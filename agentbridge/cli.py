@@ -83,13 +83,13 @@ def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None
                         f"{', '.join(plugins.backends.ids()) or 'none'})")
     for err in plugins.errors:
         click.echo(f"warning: {err}", err=True)
+    if problems:
+        _fail("\n".join(problems))
     if name in plugins.backends:  # what this backend's training math does differently (algorithm conformance)
         from agentbridge.conformance.algorithms import difference_lines
 
         for line in difference_lines(plugins.backends.get(name), spec.algorithm.name, spec.algorithm.kl_coef):
             click.echo(f"warning: {spec_path}: {line}", err=True)
-    if problems:
-        _fail("\n".join(problems))
     checked = f"backend {name}" if name in plugins.backends else f"no backend check ({name} is not installed)"
     click.echo(f"ok: {spec_path} ({spec.name}; {checked})")
 
