@@ -66,6 +66,19 @@ def _one(spec: Spec, name: str, out: Path, *, conformance: bool, train: bool, sa
         ran = [r.kind for r in suite if not r.skipped]
         result.conformance = (f"identical ({', '.join(ran)})" if not failed else f"{len(failed)} difference(s)")
         result.problems += failed
+        from agentbridge.conformance.algorithms import problem_lines, run_algorithms
+
+        say(f"[{name}] algorithm conformance")
+        try:
+            cells = run_algorithms(name)
+        except Exception as e:  # noqa: BLE001 - one line in the report, the other backends go on
+            result.problems.append(f"{name}: algorithms: {e}")
+        else:  # the backend's column of the algorithm x backend table (see `agentbridge conformance --algorithms`)
+            result.conformance += "; algorithms: " + ", ".join(
+                f"{c.algorithm} {c.status}" + (f" {','.join(c.worst())}" if c.status in ("≠", "✘") else "")
+                for c in cells if c.status != "n/a")
+            result.problems += [f"{name}: algorithms: {line}" for line in problem_lines(cells)
+                                if "(undocumented)" in line or "yet equal" in line]
     caps = backend.capabilities()
     if not report.ok:
         result.run = "not run: the job did not validate"
