@@ -78,7 +78,9 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     records = []
     for i, row in enumerate(inputs):
         n = int(out["completion_mask"][i].sum())
-        mask = out["tool_mask"][i][:n] if "tool_mask" in out else torch.ones(n, dtype=torch.long)
+        # the loss mask _compute_loss applies: completion_mask x tool_mask
+        loss_mask = out["completion_mask"][i] * out["tool_mask"][i] if "tool_mask" in out else out["completion_mask"][i]
+        mask = loss_mask[:n]
         reward = float(torch.nansum(seen["rewards"][i] * weights))
         images = (seen.get("images") or [None] * len(inputs))[i] or []
         records.append(EpisodeRecord(
