@@ -1,9 +1,17 @@
-"""Plugin manager: default plugins, entry-point discovery (group ``agentbridge``), registries."""
+"""Plugin manager: default plugins, entry-point discovery (group ``agentbridge``), registries.
+
+Besides the installed entry points, a process can opt in to plugin modules that no distribution publishes (the
+conformance suite's golden fixtures, a backend under test): :func:`enable_plugin` registers one in this process
+and, through the ``AGENTBRIDGE_PLUGINS`` environment variable (comma-separated import paths), in the processes it
+starts (a backend's own interpreter, Ray workers).
+"""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata as md
+import os
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -13,6 +21,7 @@ import pluggy
 from agentbridge import __version__, hooks
 
 ENTRY_POINT_GROUP = "agentbridge"
+PLUGINS_ENV = "AGENTBRIDGE_PLUGINS"
 KINDS = ("backends", "environments", "tools", "rewards", "datasets", "tool_parsers")
 _SINGULAR = {"backends": "backend", "environments": "environment", "tools": "tool", "rewards": "reward",
              "datasets": "dataset", "tool_parsers": "tool parser"}
@@ -70,7 +79,11 @@ class Registry:
 
 
 class Plugins:
-    """The plugin manager plus the registries filled by every plugin's ``register_*`` hooks."""
+    """The plugin manager plus the registries filled by every plugin's ``register_*`` hooks.
+
+    ``entry_points``: discover installed plugins (the ``agentbridge`` entry-point group) and the modules named in
+    ``AGENTBRIDGE_PLUGINS``; ``extra``: ``(name, module)`` pairs registered in-process.
+    """
 
     def __init__(self, *, entry_points: bool = True, extra: list[tuple[str, Any]] | None = None) -> None:
         self.pm = pluggy.PluginManager(hooks.PROJECT)
@@ -78,10 +91,8 @@ class Plugins:
         self.dists: dict[str, tuple[str, str]] = {}
         self.errors: list[str] = []
         from agentbridge import builtins
-        from agentbridge.conformance import golden
 
         self._add("agentbridge.builtins", builtins, ("agentbridge", __version__))
-        self._add("agentbridge.conformance", golden, ("agentbridge", __version__))
         if entry_points:
             for ep in sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
                 dist = (ep.dist.name, ep.dist.version) if ep.dist else ("?", "?")
@@ -89,12 +100,35 @@ class Plugins:
                     self._add(ep.name, ep.load(), dist)
                 except Exception as e:  # noqa: BLE001 - a broken plugin is reported, not fatal
                     self.errors.append(f"plugin {ep.name} ({dist[0]}) failed to load: {type(e).__name__}: {e}")
+            for path in enabled_modules():
+                try:
+                    module = importlib.import_module(path)
+                except Exception as e:  # noqa: BLE001 - reported like a broken entry point
+                    self.errors.append(f"plugin {path} ({PLUGINS_ENV}) failed to load: {type(e).__name__}: {e}")
+                    continue
+                if not self.pm.is_registered(module):
+                    self._add(path, module, distribution_of(path))
         for name, module in extra or []:
             self._add(name, module, ("(in-process)", ""))
         self.registries = {kind: Registry(kind) for kind in KINDS}
         for kind in KINDS:
             for impl in getattr(self.pm.hook, f"register_{kind}").get_hookimpls():
                 self._collect(kind, impl)
+
+    def register(self, name: str, module: Any, dist: tuple[str, str] = ("(in-process)", "")) -> None:
+        """Add a plugin after construction: its ``register_*`` hooks fill the registries now."""
+        self._add(name, module, dist)
+        for kind in KINDS:
+            for impl in getattr(self.pm.hook, f"register_{kind}").get_hookimpls():
+                if impl.plugin_name == name:
+                    self._collect(kind, impl)
+
+    def unregister(self, name: str) -> None:
+        """Remove a plugin and every id it registered."""
+        self.pm.unregister(name=name)
+        self.dists.pop(name, None)
+        for registry in self.registries.values():
+            registry.entries = {id: e for id, e in registry.entries.items() if e.plugin != name}
 
     def _add(self, name: str, module: Any, dist: tuple[str, str]) -> None:
         if self.pm.get_plugin(name) is not None:
@@ -147,3 +181,34 @@ class Plugins:
 def get_plugins() -> Plugins:
     """The process-wide plugin manager (built once)."""
     return Plugins()
+
+
+def enabled_modules() -> list[str]:
+    """The plugin modules this process opted in to (``AGENTBRIDGE_PLUGINS``), in order."""
+    return [p.strip() for p in os.environ.get(PLUGINS_ENV, "").split(",") if p.strip()]
+
+
+def enable_plugin(module: str) -> None:
+    """Opt this process, and every process it starts, in to the plugin module ``module`` (an import path).
+
+    Registers it in the process-wide manager (when already built) and appends it to ``AGENTBRIDGE_PLUGINS``.
+    Enabling a module twice is a no-op.
+    """
+    paths = enabled_modules()
+    if module not in paths:
+        os.environ[PLUGINS_ENV] = ",".join([*paths, module])
+    if get_plugins.cache_info().currsize:
+        plugins, loaded = get_plugins(), importlib.import_module(module)
+        if not plugins.pm.is_registered(loaded):
+            plugins.register(module, loaded, distribution_of(module))
+
+
+def distribution_of(module: str) -> tuple[str, str]:
+    """``(distribution, version)`` of the installed distribution shipping ``module``; else ``("(in-process)", "")``."""
+    names = md.packages_distributions().get(module.split(".")[0], [])
+    if not names:
+        return ("(in-process)", "")
+    try:
+        return (names[0], md.version(names[0]))
+    except md.PackageNotFoundError:
+        return ("(in-process)", "")

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from agentbridge.conformance.golden import KINDS
+from agentbridge.conformance.golden import KINDS, enable_golden
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     algorithms.add_argument("--workdir", type=Path, required=True)
     algorithms.add_argument("--algorithms", default="")
     args = parser.parse_args(argv)
+    enable_golden()
     from agentbridge.conformance.suite import _backend
 
     if args.command == "algorithms":

@@ -10,6 +10,9 @@ tool call; a turn cut by the token budget; an episode whose environment fails be
 empty-episode fallback: one EOS with loss mask 0); a reward function that raises; an episode ended by
 ``max_turns``; and, for a vision-language model, an image in the prompt plus a
 screenshot returned by a tool.
+
+The golden environment, tools, dataset and reward are a plugin that is not registered by default:
+:func:`enable_golden` (called by :func:`agentbridge.conformance.golden_spec` and the suite) opts a process in.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 from agentbridge.env import Message, Task
 from agentbridge.hooks import hookimpl
+from agentbridge.plugins import enable_plugin
 from agentbridge.rollout.trajectory import Generation, SamplingParams
 from agentbridge.tools import ToolEnvironment
 
@@ -169,6 +173,11 @@ def golden_spec_path(kind: str) -> Any:
     if kind not in KINDS:
         raise ValueError(f"conformance kind must be one of {', '.join(KINDS)}, not '{kind}'")
     return resources.files("agentbridge.conformance") / f"golden_{kind}.yaml"
+
+
+def enable_golden() -> None:
+    """Register the golden fixtures in this process's plugins and in those of the processes it starts."""
+    enable_plugin(__name__)
 
 
 @hookimpl

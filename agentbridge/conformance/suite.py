@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agentbridge.conformance.golden import KINDS, VLM, GoldenPolicy, cases, golden_spec_path
+from agentbridge.conformance.golden import KINDS, VLM, GoldenPolicy, cases, enable_golden, golden_spec_path
 from agentbridge.conformance.records import EpisodeRecord, compare, record_of
 from agentbridge.spec import Spec, load_spec
 
@@ -53,7 +53,9 @@ class SuiteResult:
 
 
 def golden_spec(kind: str, sets: list[str] | None = None) -> Spec:
-    """The golden spec of one kind (``text`` or ``vlm``), with optional ``--set`` overrides."""
+    """The golden spec of one kind (``text`` or ``vlm``), with optional ``--set`` overrides; enables the golden
+    plugin (:func:`~agentbridge.conformance.golden.enable_golden`), which its ids need."""
+    enable_golden()
     path = golden_spec_path(kind)
     return load_spec(str(path), sets or [])
 
@@ -93,6 +95,7 @@ def backend_records(name: str, kind: str, workdir: Path) -> list[EpisodeRecord]:
     backend = _backend(name)
     if not callable(getattr(backend, "conformance", None)):
         raise ConformanceError(f"backend {name} has no conformance(kind, workdir) method")
+    enable_golden()  # here and in the backend's own environment (AGENTBRIDGE_PLUGINS)
     module = getattr(backend, "module", name)
     if importlib.util.find_spec(module) is not None:
         return list(backend.conformance(kind, workdir))
