@@ -153,6 +153,18 @@ def test_eval_json_holds_every_arm_and_the_paired_tests(tmp_path: Path) -> None:
     assert "the SFT-only control won" in said
     report = write_report(tmp_path).read_text()
     assert "| sft_control | 0.500 |" in report and (tmp_path / "eval.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Success per task group" not in report  # these tasks have no groups
+
+
+def test_report_shows_success_per_task_group(tmp_path: Path) -> None:
+    def grouped(scores: list[float]) -> EvalResult:
+        return EvalResult(metric="m", task_ids=[f"t{i}" for i in range(4)], scores=scores,
+                          groups=["sums", "sums", "products", "products"])
+
+    write_evals(tmp_path, {"before_rl": grouped([0.0, 0.0, 1.0, 1.0]), "after_rl": grouped([1.0, 1.0, 1.0, 0.0])})
+    lines = write_report(tmp_path).read_text().splitlines()
+    at = lines.index("| arm | products | sums |")
+    assert lines[at + 2:at + 4] == ["| before_rl | 1.000 | 0.000 |", "| after_rl | 0.500 | 1.000 |"]
 
 
 def test_verdict_says_when_no_arm_won() -> None:

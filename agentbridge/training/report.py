@@ -40,6 +40,19 @@ def verdicts(evals: dict[str, Any]) -> list[str]:
     return out
 
 
+def group_table(evals: dict[str, Any], arms: list[str]) -> list[str]:
+    """Markdown lines: each arm's success per task group (``Task.data['group']``), when the tasks have groups."""
+    groups = list(dict.fromkeys(g for a in arms for g in evals[a].get("by_group", {})))
+    if not groups:
+        return []
+    lines = ["Success per task group:", "", "| arm | " + " | ".join(groups) + " |",
+             "|---|" + "---|" * len(groups)]
+    for a in arms:
+        by_group = evals[a].get("by_group", {})
+        lines.append(f"| {a} | " + " | ".join(f"{by_group[g]:.3f}" if g in by_group else "–" for g in groups) + " |")
+    return [*lines, ""]
+
+
 def _plot(path: Path, draw: Any, size: tuple[float, float] = (7, 4)) -> None:
     import matplotlib
 
@@ -79,6 +92,7 @@ def write_report(run_dir: Path) -> Path:
         lines += [f"| {a} | {evals[a]['mean']:.3f} | [{evals[a]['ci95_low']:.3f}, {evals[a]['ci95_high']:.3f}] | "
                   f"{evals[a]['n']} |" for a in arms]
         lines += ["", *verdicts(evals), ""]
+        lines += group_table(evals, arms)
     if warm:
         dev = warm.get("dev", [])
         text = (f"Warm start: SFT on {int(warm['demonstrations'])} scripted demonstrations, {int(warm['steps'])} "
