@@ -12,52 +12,35 @@ import json
 import os
 import shutil
 import sys
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
-def _quiet_libraries() -> None:
-    """Only the run's own progress: no library warnings, bars or printed dicts."""
-    from transformers.utils import logging as hf_logging
-
-    warnings.filterwarnings("ignore", message=".*deprecated and will be removed in v6.*", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"trl\..*")
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-
 def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, Any]:
     """Run the whole job; writes everything under ``run_dir`` and returns ``eval.json``'s content."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from agentbridge.models import cache_entries_used, load_model
     from agentbridge.plugins import get_plugins
     from agentbridge.rollout.agent import Agent, read_tasks_jsonl
     from agentbridge.runs import manifest, package_version, text_hash
     from agentbridge.spec import load_spec, spec_hash
+    from agentbridge.training.console import RunConsole, quiet_libraries
     from agentbridge.training.experiment import Experiment
     from agentbridge.training.logger import RunLogger
     from agentbridge.training.report import write_report
     from agentbridge_trl.config import options as trl_options
     from agentbridge_trl.trainer import build_trainer
 
-    _quiet_libraries()
-    console = Console(stderr=True, quiet=quiet)
+    quiet_libraries()
+    console = RunConsole(quiet=quiet, every={"GRPO": 5})
+    say, progress = console.say, console.progress
     spec = load_spec(job_dir / "spec.yaml")
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     grpo_kwargs = json.loads((job_dir / "grpo_config.json").read_text())
     grpo_kwargs["output_dir"] = str(run_dir / "trainer")
-
-    def say(text: str) -> None:
-        console.print(("[bold cyan]▸[/] " + text) if not text.startswith(" ") else text, highlight=False,
-                      soft_wrap=True)
 
     say(f"loading {spec.model.path}")
     agent = Agent.from_spec(spec)
@@ -75,28 +58,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     eval_tasks = read_tasks_jsonl(job_dir / "data" / "eval.jsonl")
     eval_size = trl_options(spec)["eval_size"]
     eval_tasks = eval_tasks[:eval_size] if eval_size else eval_tasks
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[info]}"))
-    bars = Progress(*columns, console=console, transient=False)
-
-    def progress(label: str, total: int | None) -> Callable[[int, str, bool], None]:
-        bar = bars.add_task(label, total=total, info="")
-        every = 5 if label == "GRPO" else 50
-
-        printed = {"step": -1}
-
-        def update(step: int, info: str, done: bool = False) -> None:
-            bars.update(bar, completed=step, info=info, **({"total": step} if done else {}))
-            if done:
-                bars.stop_task(bar)
-            # logs and pipes get a line now and then, and the last one
-            if not console.is_terminal and (step % every == 0 or done) and step != printed["step"]:
-                printed["step"] = step
-                console.print(f"  {label} step {step}{'/' + str(total) if total else ''}  {info}", highlight=False,
-                              soft_wrap=True)
-        return update
-
-    with bars:
+    with console.bars():
         experiment = Experiment(agent, model, run_dir, eval_tasks, say=say, progress=progress)
         experiment.evaluate("before_training")
         experiment.warm_start()

@@ -23,7 +23,9 @@ from agentbridge_trl.trainer import build_trainer
 
 TARGET = 0.3         # dev success (40 tasks) at which the reduced warm start stops
 FLOOR = 0.15         # held-out success (80 tasks) it must reach, and RL must keep; below TARGET for the dev noise
-GUARD = ["seed=0", "algorithm.warm_start.demos=3000", f"algorithm.warm_start.target={TARGET}",
+# the perfect expert (no answers done in the head): the guard checks that learning works, fast
+GUARD = ["seed=0", "environment.args.expert_in_head=0.0", "algorithm.warm_start.demos=3000",
+         f"algorithm.warm_start.target={TARGET}", "algorithm.warm_start.group_floor=null",
          "algorithm.warm_start.dev_every=30", "algorithm.warm_start.max_steps=700",  # it stops near 330 here
          "algorithm.warm_start.control=false", "data.dev.size=40", "data.eval.size=80", "algorithm.steps=3"]
 

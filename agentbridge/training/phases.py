@@ -1,0 +1,125 @@
+"""The learning experiment around an RL phase that runs as a program of its own (veRL's or OpenRLHF's trainer).
+
+``prepare`` runs before the backend's trainer: held-out eval of the initial model, the warm start stopped on dev
+success, held-out eval again; it saves the warm-started model and prints the directory the trainer starts from.
+``finish`` runs after it: held-out eval of the trained checkpoint, the paired tests and the run report. The arms,
+``eval.json`` and ``report.md`` are the ones every backend's run writes (:mod:`agentbridge.training.experiment`);
+the SFT-only control needs the RL phase's wall time in-process, so it is left to backends that train in-process.
+
+    python -m agentbridge.training.phases prepare JOB_DIR --run-dir DIR      # prints the model directory RL uses
+    python -m agentbridge.training.phases finish JOB_DIR --run-dir DIR --model CHECKPOINT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentbridge.training.evaluate import EvalResult
+
+WARM_MODEL = "warm_start_model"
+
+
+def _setup(job_dir: Path, quiet: bool) -> tuple[Any, Any, Any]:
+    from agentbridge.rollout.agent import Agent
+    from agentbridge.spec import load_spec
+    from agentbridge.training.console import RunConsole, quiet_libraries
+
+    quiet_libraries()
+    spec = load_spec(job_dir / "spec.yaml")
+    agent = Agent.from_spec(spec)
+    return spec, agent, RunConsole(quiet=quiet)
+
+
+def _load_evals(run_dir: Path, tasks: list[Any]) -> dict[str, EvalResult]:
+    """The arms already evaluated in ``run_dir`` on ``tasks`` (from ``eval_scores.jsonl``), to extend."""
+    path = run_dir / "eval_scores.jsonl"
+    if not path.is_file():
+        return {}
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    summary = json.loads((run_dir / "eval.json").read_text())
+    arms = [k for k in rows[0] if k != "task_id"] if rows else []
+    group = {t.id: str(t.data.get("group", "")) for t in tasks}
+    return {arm: EvalResult(metric=summary[arm]["metric"], task_ids=[r["task_id"] for r in rows],
+                            scores=[r[arm] for r in rows], finish=summary[arm].get("finish", {}),
+                            seconds=summary[arm].get("seconds", 0.0),
+                            groups=[group.get(r["task_id"], "") for r in rows])
+            for arm in arms}
+
+
+def prepare(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> Path | None:
+    """Eval, warm start, eval; returns the warm-started model's directory (None when the spec has no warm start)."""
+    from agentbridge.models import load_model
+    from agentbridge.training.experiment import Experiment
+
+    spec, agent, console = _setup(job_dir, quiet)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    console.say(f"loading {spec.model.path}")
+    model = load_model(spec.model.path, seed=spec.seed)
+    eval_tasks = agent.tasks("eval") if spec.data.eval is not None else []
+    with console.bars():
+        experiment = Experiment(agent, model, run_dir, eval_tasks, say=console.say, progress=console.progress)
+        experiment.evaluate("before_training")
+        if spec.algorithm.warm_start is None:
+            if "before_training" in experiment.evals:
+                experiment.evals["before_rl"] = experiment.evals["before_training"]   # the same checkpoint
+                experiment.conclude()
+            return None
+        experiment.warm_start()
+        experiment.evaluate("before_rl")
+    out = run_dir / WARM_MODEL
+    model.save_pretrained(out)
+    agent.tokenizer.save_pretrained(out)
+    console.say(f"warm-started model: {out}")
+    return out
+
+
+def finish(job_dir: Path, run_dir: Path, model_dir: Path, *, quiet: bool = False) -> dict[str, Any]:
+    """Eval of the trained checkpoint as ``after_rl``, the paired tests and the report; returns ``eval.json``."""
+    from agentbridge.models import load_model
+    from agentbridge.training.experiment import Experiment
+    from agentbridge.training.report import write_report
+
+    spec, agent, console = _setup(job_dir, quiet)
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir}: no trained checkpoint here (no config.json)")
+    model = load_model(str(model_dir))
+    eval_tasks = agent.tasks("eval") if spec.data.eval is not None else []
+    with console.bars():
+        experiment = Experiment(agent, model, run_dir, eval_tasks, say=console.say, progress=console.progress)
+        experiment.evals.update(_load_evals(run_dir, eval_tasks))
+        experiment.evaluate("after_rl")
+        summary = experiment.conclude()
+    console.say(f"report: {write_report(run_dir)}")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agentbridge.training.phases", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="phase", required=True)
+    for name in ("prepare", "finish"):
+        p = sub.add_parser(name)
+        p.add_argument("job_dir", type=Path)
+        p.add_argument("--run-dir", type=Path, required=True)
+        p.add_argument("--quiet", action="store_true")
+        if name == "finish":
+            p.add_argument("--model", type=Path, required=True, help="The trained checkpoint (a HF model directory).")
+    args = parser.parse_args(argv)
+    try:
+        if args.phase == "prepare":
+            out = prepare(args.job_dir, args.run_dir, quiet=args.quiet)
+            print(out or "")
+        else:
+            finish(args.job_dir, args.run_dir, args.model, quiet=args.quiet)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The experiment's phases around an RL program of its own: prepare (eval, warm start, eval, saved model) and
+finish (eval of the trained checkpoint, paired tests, report)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentbridge.spec import dump_spec, load_spec
+from agentbridge.training.phases import WARM_MODEL, main
+
+SMALL = ["algorithm.warm_start.demos=64", "algorithm.warm_start.max_steps=4", "algorithm.warm_start.target=null",
+         "algorithm.warm_start.group_floor=null", "algorithm.warm_start.control=false", "data.eval.size=24"]
+
+
+def test_prepare_then_finish_write_every_arm(tmp_path: Path) -> None:
+    job, run = tmp_path / "job", tmp_path / "run"
+    job.mkdir()
+    (job / "spec.yaml").write_text(dump_spec(load_spec("examples/calculator.yaml", SMALL)))
+
+    assert main(["prepare", str(job), "--run-dir", str(run), "--quiet"]) == 0
+    warm = json.loads((run / "warm_start.json").read_text())
+    assert warm["steps"] == 4 and warm["stopped"] == "max_steps"
+    assert (run / WARM_MODEL / "config.json").is_file() and (run / WARM_MODEL / "tokenizer_config.json").is_file()
+    assert set(json.loads((run / "eval.json").read_text())) == {"before_training", "before_rl", "paired"}
+
+    # the warm-started model stands in for a trained checkpoint: greedy eval of the same weights gives the same scores
+    assert main(["finish", str(job), "--run-dir", str(run), "--model", str(run / WARM_MODEL), "--quiet"]) == 0
+    evals = json.loads((run / "eval.json").read_text())
+    assert evals["after_rl"]["n"] == evals["before_rl"]["n"] == 24
+    assert evals["after_rl"]["mean"] == evals["before_rl"]["mean"]
+    assert evals["paired"]["rl_vs_warm_start_p"] == 1.0 and evals["paired"]["rl_vs_control_p"] is None
+    scores = [json.loads(x) for x in (run / "eval_scores.jsonl").read_text().splitlines()]
+    assert all(r["after_rl"] == r["before_rl"] for r in scores) and len(scores) == 24
+    assert "| after_rl |" in (run / "report.md").read_text()
+    assert "2-step" in evals["after_rl"].get("by_group", {}) and "2-step" in evals["before_rl"].get("by_group", {})
+
+
+def test_finish_without_a_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "spec.yaml").write_text(dump_spec(load_spec("examples/calculator.yaml", SMALL)))
+    assert main(["finish", str(job), "--run-dir", str(tmp_path / "run"), "--model", str(tmp_path / "nothing")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {tmp_path / 'nothing'}: no trained checkpoint here (no config.json)"]
