@@ -43,6 +43,13 @@ def _problem(rng: random.Random) -> tuple[str, list[str], int]:
     return prompt, [first, expr2.replace("{c}", str(c))], eval_int(expr2.format(prev=value, c=c))
 
 
+def group_of(steps: list[str]) -> str:
+    """The problem kind evaluations report apart: ``1-step add/sub``, ``1-step mul/div`` or ``2-step``."""
+    if len(steps) > 1:
+        return "2-step"
+    return "1-step add/sub" if " + " in steps[0] or " - " in steps[0] else "1-step mul/div"
+
+
 def eval_int(expression: str) -> int:
     from agentbridge_math.calculator import evaluate
 
@@ -63,6 +70,5 @@ def arithmetic_tasks(split: str = "train", size: int = 100, seed: int = 0, two_s
             continue
         seen.add(prompt)
         tasks.append(Task(id=f"math-{split}-{seed}-{len(tasks)}", prompt=prompt,
-                          data={"answer": str(answer), "steps": steps,
-                                "group": f"{len(steps)}-step"}))
+                          data={"answer": str(answer), "steps": steps, "group": group_of(steps)}))
     return tasks

@@ -12,7 +12,7 @@ from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.rollout.trajectory import Trajectory, Turn
 from agentbridge.spec import load_spec
 from agentbridge_math.calculator import evaluate
-from agentbridge_math.env import exact_number
+from agentbridge_math.env import CalculatorEnv, answers_in_head, exact_number
 from agentbridge_math.tasks import arithmetic_tasks
 
 
@@ -42,7 +42,8 @@ def test_tasks_are_seeded_and_splits_disjoint() -> None:
     assert len(dev) > 500 and len(held_out) > 500
 
     assert any(len(t.data["steps"]) == 2 for t in a) and any(len(t.data["steps"]) == 1 for t in a)
-    assert all(t.data["group"] == f"{len(t.data['steps'])}-step" for t in a)
+    assert {t.data["group"] for t in a} == {"1-step add/sub", "1-step mul/div", "2-step"}
+    assert all(t.data["group"] == "2-step" for t in a if len(t.data["steps"]) == 2)
     for t in a:
         last = t.data["steps"][0]
         if len(t.data["steps"]) == 2:
@@ -69,7 +70,23 @@ def test_expert_solves_every_task() -> None:
     tasks = agent.tasks("eval", size=50)
     trajs = asyncio.run(agent.run(tasks, lambda env: ScriptedPolicy.for_env(env, tiny_tokenizer)))
     assert all(t.finish_reason == "done" and t.reward_components["math/exact_answer"] == 1.0 for t in trajs)
-    assert sum(t.metrics["tools/calls"] for t in trajs) == sum(len(t.data["steps"]) for t in tasks)
+    rate = spec.environment.args["expert_in_head"]
+    in_head = [answers_in_head(t.prompt, rate) and t.data["group"] == "1-step add/sub" for t in tasks]
+    assert any(in_head)  # the example's expert is imperfect: it skips the tool on some one-step sums
+    for task, traj, skipped in zip(tasks, trajs, in_head, strict=True):
+        assert traj.metrics["tools/calls"] == (0 if skipped else len(task.data["steps"])), task.prompt
+
+
+def test_imperfect_expert_skips_the_tool_on_its_share_of_sums_only() -> None:
+    tasks = arithmetic_tasks("train", size=2000)
+    sums = [t for t in tasks if t.data["group"] == "1-step add/sub"]
+    share = sum(answers_in_head(t.prompt, 0.6) for t in sums) / len(sums)
+    assert 0.55 < share < 0.65, share
+    assert not any(answers_in_head(t.prompt, 0.0) for t in tasks)
+    assert all(answers_in_head(t.prompt, 1.0) for t in tasks)
+    assert [answers_in_head(t.prompt, 0.6) for t in sums] == [answers_in_head(t.prompt, 0.6) for t in sums]
+    with pytest.raises(ValueError, match="expert_in_head must be between 0 and 1"):
+        CalculatorEnv(expert_in_head=1.5)
 
 
 @pytest.mark.parametrize("text, score", [("<answer>42</answer>", 1.0), ("<answer>42.0</answer>", 1.0),
