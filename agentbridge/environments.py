@@ -19,10 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 CPU_TORCH = "torch==2.13.0"  # the CPU build on this project's machines; an unpinned torch pulls CUDA wheels
 # backend -> (module that must import, adapter distribution, adapter extra, CPU-only extra steps, GPU extras)
-FIRST_PARTY: dict[str, dict[str, object]] = {
+FIRST_PARTY: dict[str, dict[str, Any]] = {
     "trl": {"module": "trl", "adapter": "agentbridge-trl", "extra": "backend", "gpu": ["trl[vllm]==1.16.0"]},
     "verl": {"module": "verl", "adapter": "agentbridge-verl", "extra": "backend", "gpu": ["verl[vllm]==0.9.1"]},
     # OpenRLHF's DeepSpeed and flash-attn cannot build without CUDA: on CPU it goes in without its dependencies
@@ -103,10 +104,10 @@ def recipe(backend: str, *, cpu: bool, plugins: list[str] | None = None, extra: 
                          for a in source_of(p)], *source_of(str(info["adapter"]), adapter_extra), *(extra or [])]
     steps: list[list[str]] = []
     if cpu:
-        steps += [[CPU_TORCH], *info.get("cpu_pre", [])]  # type: ignore[list-item]
+        steps += [[CPU_TORCH], *info.get("cpu_pre", [])]
         steps.append([CPU_TORCH, *packages])
     else:
-        steps.append([*packages, *info["gpu"]])  # type: ignore[list-item]
+        steps.append([*packages, *info["gpu"]])
     steps.append(QWEN_VOCAB)
     return Recipe(backend, str(info["module"]), "cpu" if cpu else "gpu", steps)
 

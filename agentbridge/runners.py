@@ -2,12 +2,14 @@
 
 A runner runs one ``agentbridge`` command line (``["check", JOB]``, ``["train", SPEC, ...]``) and returns its exit
 status and output. Backends' ``launch(job, runner)`` also read ``runner.python``: the interpreter the job's
-scripts run with.
+scripts run with. Every runner finds the command by its name (the ``agentbridge`` console script, or
+``-m agentbridge.cli``), so this module does not import the CLI that uses it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import io
 import json
 import shlex
@@ -15,7 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 RUNNER_KINDS = ("local", "env", "ray")
 
@@ -40,6 +42,12 @@ class Runner(Protocol):
     def run(self, argv: list[str]) -> RunResult: ...
 
 
+def _agentbridge_command() -> Any:
+    """The click command behind the ``agentbridge`` console script (the installed distribution's entry point)."""
+    (entry,) = importlib.metadata.entry_points(group="console_scripts", name="agentbridge")
+    return entry.load()
+
+
 @dataclass
 class LocalRunner:
     """This interpreter, in this process."""
@@ -48,8 +56,7 @@ class LocalRunner:
     python: str = sys.executable
 
     def run(self, argv: list[str]) -> RunResult:
-        from agentbridge.cli import main
-
+        main = _agentbridge_command()
         out, err = io.StringIO(), io.StringIO()
         code = 0
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -32,9 +32,9 @@ def _json_schema(tp: Any) -> dict[str, Any]:
     if origin is dict:
         return {"type": "object"}
     if origin in (Union, types.UnionType):
-        args = [a for a in get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return _json_schema(args[0])
+        members = [a for a in get_args(tp) if a is not type(None)]
+        if len(members) == 1:
+            return _json_schema(members[0])
         return {"anyOf": [_json_schema(a) for a in args]}
     return {}
 
@@ -246,7 +246,7 @@ class ToolEnvironment:
             msg["content"] = f"Error: unknown tool '{name}'. Available tools: {known}."
             return msg, False
         problem = spec.check_arguments(args)
-        if problem:
+        if problem or not isinstance(args, dict):  # check_arguments names the problem of a non-object
             msg["content"] = f"Error: bad arguments for {name}: {problem}."
             return msg, False
         timeout = spec.timeout_s or self.timeout_s

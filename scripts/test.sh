@@ -5,10 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/system-deps.sh
-scripts/install.sh pytest ruff
+scripts/install.sh pytest ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 echo "[test] ruff"
 .venv/bin/ruff check .
+echo "[test] import contracts (pyproject.toml [tool.importlinter])"
+# the example packages are checked from their source trees; they need not be installed
+PYTHONPATH=examples/plugin-package .venv/bin/lint-imports --no-cache
+echo "[test] mypy (the core)"
+.venv/bin/mypy
 # the backends with their own environments first: the core's compare and conformance tests use those environments
 for script in adapters/*/test.sh; do
   [ -e "$script" ] || continue

@@ -81,6 +81,7 @@ def load_tasks(spec: Spec, split: str = "train", size: int | None = None,
     if ds.path is not None:
         tasks = read_tasks_jsonl(ds.path)
     else:
+        assert ds.id is not None  # a DatasetSpec has exactly one of path and id
         build = (plugins or get_plugins()).datasets.get(ds.id)
         tasks = list(build(split=ds.split, size=size or ds.size or 100, seed=ds.seed, **ds.args))
     return tasks[:size] if size else tasks

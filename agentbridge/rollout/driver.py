@@ -150,13 +150,13 @@ async def run_episodes(tasks: Sequence[Task], make_env: Callable[[Task], Environ
         async with gate:
             try:
                 env = make_env(task)
-                pol = policy if hasattr(policy, "generate") else policy(env)  # type: ignore[operator]
+                pol = policy if hasattr(policy, "generate") else policy(env)
             except Exception as e:  # noqa: BLE001
                 traj = Trajectory(task_id=task.id, prompt_ids=[], finish_reason="error",
                                   error=f"environment setup failed: {type(e).__name__}: {e}")
                 await _score(traj, task, kwargs.get("rewards"), 0.0)
             else:
-                traj = await run_episode(pol, env, task, renderer, limits, **kwargs)  # type: ignore[arg-type]
+                traj = await run_episode(pol, env, task, renderer, limits, **kwargs)
             if on_done is not None:
                 on_done(traj)
             return traj

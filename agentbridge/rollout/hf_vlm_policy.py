@@ -22,9 +22,10 @@ class HFVLMPolicy(HFPolicy):
                  seed: int | None = None) -> None:
         super().__init__(model, tokenizer, max_batch=max_batch, seed=seed)
         self.image_processor = image_processor
-        self.image_token_id = image_token_id_of(tokenizer)
-        if self.image_token_id is None:
+        token_id = image_token_id_of(tokenizer)
+        if token_id is None:
             raise ValueError("HFVLMPolicy: the tokenizer has no image placeholder token (<|image_pad|>)")
+        self.image_token_id: int = token_id
 
     @classmethod
     def from_pretrained(cls, path: str, tokenizer: Any = None, **kwargs: Any) -> HFVLMPolicy:

@@ -33,9 +33,10 @@ class Renderer:
         self._image_processor = image_processor
         self.image_token_id: int | None = image_token_id_of(tokenizer)
         self.tools = tools or None
-        self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
-        if not self.chat_template:
+        template: str | None = chat_template or getattr(tokenizer, "chat_template", None)
+        if not template:
             raise TemplateError("the tokenizer has no chat template; set model.chat_template in the spec")
+        self.chat_template: str = template
         eos = tokenizer.eos_token_id
         if eos is None:
             raise TemplateError("the tokenizer has no eos token; the driver needs it to end a turn")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agentbridge.env import Message
+
 FINISH_REASONS = ("done", "max_turns", "length", "error")
 
 
@@ -40,7 +42,7 @@ class Limits:
 class Turn:
     text: str
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    observations: list[dict[str, Any]] = field(default_factory=list)
+    observations: list[Message] = field(default_factory=list)
     reward: float = 0.0
     generated_tokens: int = 0
     observation_tokens: int = 0
@@ -64,7 +66,7 @@ class Trajectory:
     finish_reason: str = "done"
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
 
     @property
     def final_text(self) -> str:
