@@ -35,7 +35,7 @@ def _json_schema(tp: Any) -> dict[str, Any]:
         members = [a for a in get_args(tp) if a is not type(None)]
         if len(members) == 1:
             return _json_schema(members[0])
-        return {"anyOf": [_json_schema(a) for a in args]}
+        return {"anyOf": [_json_schema(a) for a in members]}
     return {}
 
 
