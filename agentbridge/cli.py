@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -19,7 +19,7 @@ from agentbridge.spec import Spec, SpecError, json_schema, load_spec
 USER_ERRORS: tuple[type[Exception], ...] = (SpecError, ValueError, FileNotFoundError, JobError)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     for line in message.splitlines() or [message]:
         click.echo(f"error: {line}", err=True)
     sys.exit(1)
