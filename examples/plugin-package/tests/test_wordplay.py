@@ -9,11 +9,14 @@ import pytest
 
 from agentbridge.env import Task
 from agentbridge.plugins import Plugins
+from agentbridge.rewards import answer_format
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.rollout.trajectory import Trajectory, Turn
 from agentbridge.spec import load_spec
+from agentbridge.testing import check_environment
 from agentbridge_wordplay import plugin
+from agentbridge_wordplay.env import ReverseEnv
 from agentbridge_wordplay.rewards import exact_reverse
 from agentbridge_wordplay.tasks import word_tasks
 
@@ -38,6 +41,13 @@ def test_expert_solves_every_task(agent: Agent, split: str) -> None:
         assert traj.finish_reason == "done", traj.error
         assert traj.reward_components["wordplay/exact"] == 1.0 and traj.reward_components["core/format"] == 1.0
         assert traj.turns[0].observations[0]["content"] == task.data["answer"]
+
+
+def test_check_environment() -> None:
+    """agentbridge's environment checker: messages and step results well-typed, the tool documented, the expert
+    solves every task, bad tool calls become messages to the model."""
+    check_environment(ReverseEnv, word_tasks("train", 8) + word_tasks("eval", 2),
+                      rewards={"wordplay/exact": exact_reverse, "core/format": answer_format})
 
 
 @pytest.mark.parametrize(("turns", "expected"), [

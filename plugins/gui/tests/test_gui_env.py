@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
 from helpers import call, play_expert, result_text, task
 
 from agentbridge.env import text_of
+from agentbridge.testing import check_environment
 from agentbridge_gui.browser import BrowserPool, BrowserUnavailable, find_binaries
-from agentbridge_gui.env import MiniWoBEnv, render_dom
+from agentbridge_gui.env import MiniWoBEnv, render_dom, task_reward
 from agentbridge_gui.expert import EXPERT_TASKS
 from agentbridge_gui.page import ActionError, Element, PageState, parse_key
 from agentbridge_gui.tasks import available_tasks, miniwob_tasks
@@ -199,3 +201,11 @@ def test_each_action_is_one_browser_call_and_an_ended_page_is_not_walked(pool: B
         assert env.state is not None and env.state.elements == [] and env.state.screenshot is None
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("observation", ["dom", "screenshot"])
+def test_check_environment(pool: BrowserPool, observation: str) -> None:
+    """agentbridge's environment checker: messages and step results well-typed, tools documented, the expert
+    succeeds, bad actions are survived."""
+    check_environment(functools.partial(MiniWoBEnv, observation=observation, pool=pool),
+                      [task("click-button", 4), task("enter-text", 5)], rewards={"gui/success": task_reward})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import threading
 import time
@@ -15,7 +16,11 @@ from agentbridge.models import load_tokenizer
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.spec import load_spec
+from agentbridge.testing import check_environment
+from agentbridge_search.data import multihop_tasks
+from agentbridge_search.env import SearchEnv
 from agentbridge_search.retrievers import world_retriever
+from agentbridge_search.rewards import answer_format, exact_match, token_f1
 from agentbridge_search.server import create_app
 
 TOKENIZER = load_tokenizer("builtin:tiny")
@@ -39,6 +44,14 @@ def test_expert_solves_in_process() -> None:
         assert all(t.reward_components[name] == 1.0 for t in trajs), name
     assert sum(t.reward_components["search/support"] for t in trajs) / len(trajs) >= 0.9
     assert all(t.metrics["tools/failures"] == 0 and t.metrics["search/queries"] >= 2 for t in trajs)
+
+
+def test_check_environment() -> None:
+    """agentbridge's environment checker: messages and step results well-typed, the search tool documented, the
+    expert answers right, bad tool calls are survived."""
+    check_environment(functools.partial(SearchEnv, world=SMALL), multihop_tasks("eval", 8, world=SMALL),
+                      rewards={"search/exact_match": exact_match, "search/f1": token_f1,
+                               "search/format": answer_format})
 
 
 def _free_port() -> int:
