@@ -11,7 +11,7 @@ echo "[test] ruff"
 .venv/bin/ruff check .
 echo "[test] import contracts (pyproject.toml [tool.importlinter])"
 # the example packages are checked from their source trees; they need not be installed
-PYTHONPATH=examples/plugin-package .venv/bin/lint-imports --no-cache
+PYTHONPATH=examples/plugin-package:examples/backend-package .venv/bin/lint-imports --no-cache
 echo "[test] mypy (the core)"
 .venv/bin/mypy
 # the backends with their own environments first: the core's compare and conformance tests use those environments
@@ -20,6 +20,6 @@ for script in adapters/*/test.sh; do
   echo "[test] $script"
   bash "$script"
 done
-echo "[test] pytest (core, plugins, examples, TRL adapter)"
-suites=(tests plugins/*/tests examples/plugin-package/tests adapters/trl/tests)
+echo "[test] pytest (core, plugins, example packages, TRL adapter)"
+suites=(tests plugins/*/tests examples/plugin-package/tests examples/backend-package/tests adapters/trl/tests)
 .venv/bin/python -m pytest -q "${suites[@]}" "$@"
