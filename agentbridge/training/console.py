@@ -50,8 +50,9 @@ class RunConsole:
         printed = {"step": -1}
 
         def update(step: int, info: str, done: bool = False) -> None:
-            self._bars.update(bar, completed=step, info=info, **({"total": step} if done else {}))
+            self._bars.update(bar, completed=step, info=info)
             if done:
+                self._bars.update(bar, total=step)
                 self._bars.stop_task(bar)
             if not self.console.is_terminal and (step % every == 0 or done) and step != printed["step"]:
                 printed["step"] = step
