@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
-# GPU check for the TRL adapter (issue 3): train examples/calculator.yaml for a few GRPO steps with TRL on one
-# NVIDIA GPU, with a Qwen2.5-0.5B-shaped random-init model, and print step time, generated tokens/s and peak
-# GPU memory (read from runs/<name>/metrics.jsonl and episodes.jsonl).
+# GPU check for the TRL adapter: train examples/calculator.yaml for a few GRPO steps with TRL on one NVIDIA GPU,
+# with a Qwen2.5-0.5B-shaped random-init model (fp32 master weights, bf16 autocast), and print step time,
+# generated tokens/s and peak GPU memory (read from the run's metrics.jsonl and episodes.jsonl).
 #
-# The GPU machine has no network. Prepare the wheels beforehand, on a networked Linux x86_64 machine with the
-# same Python minor version as the GPU machine (3.11), from the repository root:
+# Made for a GPU machine with no network whose python3 (3.12) already holds torch, transformers (>= 5.15),
+# accelerate, tokenizers, tiktoken, safetensors, numpy, pandas, pyarrow, setuptools and the other common
+# packages. What it lacks travels as wheels in bench/gpu_wheels (git-ignored, about 7 MiB): TRL and the small
+# packages it and agentbridge need. Prepare them once, on any machine that reaches PyPI:
 #
-#   pip download -d bench/wheels "setuptools>=68" wheel \
-#       "torch==2.13.0" "transformers==5.24.0" "trl==1.16.0" "accelerate>=1.4" "datasets>=3" \
-#       "tokenizers>=0.22" "tiktoken>=0.7" safetensors "matplotlib>=3.8" \
-#       "pluggy>=1.5" "pydantic>=2.7" "PyYAML>=6" "rich>=13" "click>=8.1"
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d bench/gpu_wheels \
+#       trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 pydantic_core==2.50.5 \
+#       annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 dashscope==2.0.2
 #
-# (PyPI's Linux torch wheel is the CUDA build; with its nvidia-* dependencies this is a few GB. bench/wheels is
-# not git-ignored: do not commit it.) agentbridge itself, agentbridge-math and agentbridge-trl are installed
-# editable from this checkout; setuptools comes from the wheels for the offline build.
+# (dashscope is carried for its qwen.tiktoken file only: the tokenizer of builtin:tiny-qwen2.5.) The script
+# installs them with `pip install --no-index --no-deps --target` into a scratch folder put first on PYTHONPATH,
+# then builds agentbridge, agentbridge-math and agentbridge-trl from this checkout into the same folder
+# (--no-deps --no-build-isolation), so the machine's own torch, transformers and accelerate are used as they are.
 #
 # Usage (repository root):  bash bench/gpu_check.sh
 # Environment:
-#   GPU_CHECK_STEPS=5        GRPO steps (the first one is reported separately: it includes warm-up)
-#   GPU_CHECK_WORK=DIR       scratch dir for the venv, the model and the run (default /tmp/agentbridge-gpu-check)
-#   PYTHON=python3           the interpreter to build the venv from (or to use as is when bench/wheels is absent)
-#   GPU_CHECK_DRY_RUN=1      no GPU needed: a tiny model (same tokenizer), 1 step on CPU with a small batch, using
-#                            the current interpreter; exercises everything but the GPU itself
+#   GPU_CHECK_STEPS=5          GRPO steps (the first one is reported separately: it includes warm-up)
+#   GPU_CHECK_WORK=DIR         scratch dir for the packages, the model and the run (default /tmp/agentbridge-gpu-check)
+#   GPU_CHECK_TRAIN_TIMEOUT=330  seconds the training may take; the figures of the steps done so far are still read
+#   GPU_CHECK_WHEELS=DIR       the wheels to install (default bench/gpu_wheels); GPU_CHECK_EXTRA_WHEELS=DIR adds more
+#   PYTHON=python3             the interpreter that holds torch (default: python3; in the dry run .venv/bin/python)
+#   GPU_CHECK_DRY_RUN=1        no GPU needed: a tiny model (same tokenizer), 1 step on CPU with a small batch;
+#                              exercises everything but the GPU itself, the offline install included. For a dry run
+#                              on another Python than 3.12, point GPU_CHECK_WHEELS at the same packages built for it.
+#   OUT=DIR                    when set, the log (gpu_check.log), the figures (gpu_check.json) and the run's
+#                              metrics.jsonl are written there too
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -29,66 +37,129 @@ ROOT=$(pwd)
 WORK=${GPU_CHECK_WORK:-/tmp/agentbridge-gpu-check}
 STEPS=${GPU_CHECK_STEPS:-5}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-WHEELS=$ROOT/bench/wheels
+TRAIN_TIMEOUT=${GPU_CHECK_TRAIN_TIMEOUT:-330}
+WHEELS=${GPU_CHECK_WHEELS:-$ROOT/bench/gpu_wheels}
+EXTRA_WHEELS=${GPU_CHECK_EXTRA_WHEELS:-}
+SITE=$WORK/site
+T0=$(date +%s)
 
-die() { echo "gpu_check: $*" >&2; exit 1; }
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  exec > >(tee "$OUT/gpu_check.log") 2>&1
+fi
+export PYTHONUNBUFFERED=1
 
-if [ "$DRY" != 1 ]; then
+die() { echo "gpu_check: FAILED: $*" >&2; exit 1; }
+section() { echo; echo "==== gpu_check [$(( $(date +%s) - T0 ))s] $* ===="; }
+
+# ---- 0. the machine ---------------------------------------------------------------------------------------------
+section "0. machine (dry run: $DRY)"
+if [ "$DRY" = 1 ]; then
+  PY=${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3 )}
+else
+  PY=${PYTHON:-python3}
   if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     die "no NVIDIA GPU found (nvidia-smi missing or lists no GPU); set GPU_CHECK_DRY_RUN=1 for the CPU dry run"
   fi
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 fi
-mkdir -p "$WORK"
+PY=$(command -v "$PY") || die "no interpreter $PY"
+echo "python: $PY ($("$PY" -V 2>&1)); scratch: $WORK"
+rm -rf "$WORK"
+mkdir -p "$WORK" "$SITE"
 
-# ---- 1. environment: a venv from bench/wheels (offline), else the given interpreter as is ----------------------
-if [ "$DRY" = 1 ]; then
-  PY=${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3 )}
-elif [ -d "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
-  if [ ! -x "$WORK/venv/bin/python" ]; then
-    "${PYTHON:-python3}" -m venv "$WORK/venv" || die "cannot create a venv with ${PYTHON:-python3}"
-  fi
-  PY=$WORK/venv/bin/python
-  echo "installing from $WHEELS (offline) into $WORK/venv" >&2
-  "$PY" -m pip install -q --no-index --find-links "$WHEELS" -e "$ROOT[hf]" -e "$ROOT/plugins/math" \
-      -e "$ROOT/adapters/trl[backend]" || die "offline install from bench/wheels failed (see pip's output above)"
-else
-  PY=${PYTHON:-python3}
-  echo "no bench/wheels; using $PY as is" >&2
-fi
-"$PY" -c 'import torch, transformers, trl, agentbridge_trl, agentbridge_math' 2>/dev/null \
-  || die "$PY lacks torch/transformers/trl/agentbridge-trl; create bench/wheels with the pip download command at the top"
+# ---- 1. packages: the carried wheels and this checkout, offline, over the interpreter's own -------------------
+section "1. offline install into $SITE"
+ls "$WHEELS"/*.whl >/dev/null 2>&1 || die "no wheels in $WHEELS; create them with the pip download command at the top"
+WHEEL_FILES=("$WHEELS"/*.whl)
+if [ -n "$EXTRA_WHEELS" ]; then WHEEL_FILES+=("$EXTRA_WHEELS"/*.whl); fi
+for w in "${WHEEL_FILES[@]}"; do echo "  $(basename "$w")"; done
+PIP=("$PY" -m pip install -q --no-index --no-deps --no-cache-dir --disable-pip-version-check --upgrade --target "$SITE")
+"${PIP[@]}" "${WHEEL_FILES[@]}" || die "installing the wheels failed (see pip's output above)"
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+export AGENTBRIDGE_CACHE=$WORK/cache
+export PIP_NO_INDEX=1
+# non-editable builds (an editable install cannot go to --target); the build/ folders they leave are removed
+NEW_BUILDS=()
+for d in "$ROOT" "$ROOT/plugins/math" "$ROOT/adapters/trl"; do [ -e "$d/build" ] || NEW_BUILDS+=("$d/build"); done
+"${PIP[@]}" --no-build-isolation "$ROOT" "$ROOT/plugins/math" "$ROOT/adapters/trl" \
+  || die "building agentbridge, agentbridge-math or agentbridge-trl failed (needs setuptools >= 68 in $PY)"
+rm -rf "${NEW_BUILDS[@]}"
+AGENTBRIDGE=$SITE/bin/agentbridge
+[ -x "$AGENTBRIDGE" ] || die "pip put no agentbridge command in $SITE/bin"
+"$PY" - <<'EOF' || die "the packages do not import (see above)"
+"""Where each package comes from, and every requirement of the carried and built ones that is not met."""
+import importlib, os
+from importlib import metadata
+from packaging.requirements import Requirement
+
+site = os.environ["PYTHONPATH"].split(":")[0]
+for mod in ("torch", "transformers", "accelerate", "tokenizers", "trl", "datasets", "pydantic", "agentbridge",
+            "agentbridge_math", "agentbridge_trl"):
+    m = importlib.import_module(mod)
+    path = os.path.abspath(m.__file__)
+    where = ("carried" if path.startswith(site) else
+             "checkout" if path.startswith(os.getcwd()) and "site-packages" not in path else "machine")
+    print(f"  {mod:18} {getattr(m, '__version__', '?'):16} {where}")
+import torch
+print(f"  torch.cuda.is_available() = {torch.cuda.is_available()}")
+extras = {"agentbridge": {"hf"}, "agentbridge-trl": {"backend"}}
+unmet = []
+for dist in metadata.distributions(path=[site]):
+    name = dist.metadata["Name"]
+    if name == "dashscope":  # carried for its qwen.tiktoken file alone
+        continue
+    for line in dist.requires or []:
+        req = Requirement(line)
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in extras.get(name, {""})):
+            continue
+        try:
+            have = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            unmet.append(f"{name} needs {req}: missing")
+            continue
+        if req.specifier and not req.specifier.contains(have, prereleases=True):
+            unmet.append(f"{name} needs {req}: have {have}")
+for line in unmet:
+    print(f"  warning: {line}")
+print(f"  requirements of the installed packages: {'all met' if not unmet else f'{len(unmet)} not met'}")
+EOF
 if [ "$DRY" != 1 ]; then
   "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
-    || die "torch in $PY cannot see the GPU (CPU-only torch wheel, or a driver/CUDA mismatch)"
+    || die "torch in $PY cannot see the GPU (CPU-only torch, or a driver/CUDA mismatch)"
 fi
 
 # ---- 2. a random-init Qwen2.5-0.5B-shaped model with builtin:tiny-qwen2.5's tokenizer ---------------------------
+section "2. model"
 MODEL=$WORK/model-$([ "$DRY" = 1 ] && echo tiny || echo qwen2.5-0.5b-random)
 DRY=$DRY MODEL=$MODEL "$PY" - <<'EOF' || die "building the random-init model failed"
 import os
 import torch
-from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 from agentbridge.models import resolve_model_path
 
 out, dry = os.environ["MODEL"], os.environ["DRY"] == "1"
-if not os.path.isfile(os.path.join(out, "config.json")):
-    tok = AutoTokenizer.from_pretrained(resolve_model_path("builtin:tiny-qwen2.5"))
-    shape = (dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                  intermediate_size=64) if dry else
-             dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                  intermediate_size=4864))
-    config = Qwen2Config(vocab_size=151936, max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
-                         tie_word_embeddings=True, hidden_act="silu", bos_token_id=tok.bos_token_id,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **shape)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)  # float32 weights; the trainer runs bf16 mixed precision on the GPU
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-n = sum(p.numel() for p in Qwen2ForCausalLM.from_pretrained(out).parameters())
-print(f"model: {out} ({n / 1e6:.1f}M parameters)")
+tok = AutoTokenizer.from_pretrained(resolve_model_path("builtin:tiny-qwen2.5"))
+eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+shape = (dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+              intermediate_size=64) if dry else  # Qwen2.5-0.5B's shape
+         dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+              intermediate_size=4864))
+config = Qwen2Config(vocab_size=151936, max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
+                     tie_word_embeddings=True, hidden_act="silu", bos_token_id=None, eos_token_id=eos,
+                     pad_token_id=pad, **shape)
+torch.manual_seed(0)
+model = Qwen2ForCausalLM(config)  # float32 weights: the master copy; the trainer autocasts to bf16 on the GPU
+model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
+model.save_pretrained(out)
+tok.save_pretrained(out)
+n = sum(p.numel() for p in model.parameters())
+dtypes = {str(p.dtype) for p in model.parameters()}
+print(f"model: {out} ({n / 1e6:.1f}M parameters, saved as {', '.join(sorted(dtypes))})")
 EOF
 
 # ---- 3. train with agentbridge train (compile, validate, run) ---------------------------------------------------
+section "3. train: TRL GRPO, $([ "$DRY" = 1 ] && echo "1 step on CPU" || echo "$STEPS steps on the GPU")"
 RUN=$WORK/run
 SETS=(--set "model.path=$MODEL" --set "algorithm.steps=$STEPS" --set algorithm.warm_start=null
       --set data.eval=null --set name=calculator-gpu-check)
@@ -99,38 +170,69 @@ if [ "$DRY" = 1 ]; then
 else
   SETS+=(--set resources.gpus_per_node=1)
 fi
-AGENTBRIDGE=$(dirname "$PY")/agentbridge
-[ -x "$AGENTBRIDGE" ] || die "no agentbridge CLI next to $PY"
 START=$(date +%s)
-"$AGENTBRIDGE" train examples/calculator.yaml -o "$RUN" "${SETS[@]}" || die "agentbridge train failed (see above)"
-echo "wall time for agentbridge train: $(( $(date +%s) - START ))s" >&2
+TRAIN_RC=0
+timeout --signal=INT --kill-after=20 "$TRAIN_TIMEOUT" \
+  "$AGENTBRIDGE" train examples/calculator.yaml -o "$RUN" "${SETS[@]}" || TRAIN_RC=$?
+TRAIN_S=$(( $(date +%s) - START ))
+echo "agentbridge train: exit $TRAIN_RC after ${TRAIN_S}s$([ "$TRAIN_RC" = 124 ] && echo " (stopped at the ${TRAIN_TIMEOUT}s limit)")"
+[ -s "$RUN/metrics.jsonl" ] || die "agentbridge train wrote no metrics (exit $TRAIN_RC; see above)"
 
 # ---- 4. the figures ---------------------------------------------------------------------------------------------
-RUN=$RUN "$PY" - <<'EOF' || die "could not read $RUN/metrics.jsonl"
-import json, os, statistics
-run = os.environ["RUN"]
-rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl")) if line.strip()]
-if not rows:
-    raise SystemExit("metrics.jsonl is empty")
-generated = {}
-for line in open(os.path.join(run, "episodes.jsonl")):
+section "4. results"
+RUN=$RUN TRAIN_RC=$TRAIN_RC TRAIN_S=$TRAIN_S DRY=$DRY "$PY" - <<'EOF' || die "could not read $RUN/metrics.jsonl"
+import json, os, shutil, statistics
+from pathlib import Path
+import torch
+
+run = Path(os.environ["RUN"])
+rows = [json.loads(line) for line in (run / "metrics.jsonl").open() if line.strip()]
+generated: dict[int, int] = {}
+for line in (run / "episodes.jsonl").open():
     ep = json.loads(line)
-    generated[ep["step"]] = generated.get(ep["step"], 0) + sum(t["generated_tokens"] for t in ep["turns"])
+    generated[ep["step"]] = generated.get(ep["step"], 0) + sum(t.get("generated_tokens", 0) for t in ep["turns"])
 later = rows[1:] or rows
-med = statistics.median(r["time/step_s"] for r in later)
+med = lambda key: statistics.median(r.get(key, 0.0) for r in later)  # noqa: E731
+step_s, rollout_s = med("time/step_s"), med("time/rollout_s")
 gen_tok = statistics.median(generated.get(r["step"], 0) for r in later)
-rollout_s = statistics.median(r["time/rollout_s"] for r in later)
-versions = json.load(open(os.path.join(run, "manifest.json"))).get("versions", {})
-print(f"steps: {len(rows)}; first step {rows[0]['time/step_s']:.2f}s (includes warm-up); "
-      f"median of steps 2+ below" if len(rows) > 1 else f"steps: {len(rows)}")
-print(f"step time:            {med:.2f} s  (of which rollout {rollout_s:.2f} s)")
-print(f"generated tokens/s:   {gen_tok / med:.0f} per step-second, {gen_tok / rollout_s:.0f} during rollout "
-      f"({gen_tok:.0f} generated tokens/step)")
-print(f"prompt+response tok/s: {statistics.median(r['throughput/tokens_per_s'] for r in later):.0f} "
-      "(throughput/tokens_per_s)")
-print(f"peak memory:          {max(r['memory/peak_gb'] for r in rows):.2f} GB (memory/peak_gb: GPU when CUDA, else RSS)")
-print(f"versions: {versions}")
+manifest = run / "manifest.json"
+jobs = sorted(Path("jobs").glob("calculator-gpu-check-trl-*/grpo_config.json"), key=lambda p: p.stat().st_mtime)
+grpo = json.loads(jobs[-1].read_text()) if jobs else {}
+saved = {}
+if (run / "model" / "model.safetensors").is_file():
+    from safetensors import safe_open
+
+    with safe_open(str(run / "model" / "model.safetensors"), "pt") as f:
+        saved = {f.get_slice(k).get_dtype() for k in f.keys()}
+figures = {
+    "dry_run": os.environ["DRY"] == "1", "train_exit": int(os.environ["TRAIN_RC"]),
+    "train_wall_s": int(os.environ["TRAIN_S"]), "steps": len(rows),
+    "first_step_s": rows[0].get("time/step_s"), "median_step_s": step_s, "median_rollout_s": rollout_s,
+    "generated_tokens_per_step": gen_tok, "generated_tokens_per_s": gen_tok / step_s if step_s else 0.0,
+    "generated_tokens_per_rollout_s": gen_tok / rollout_s if rollout_s else 0.0,
+    "prompt_response_tokens_per_s": med("throughput/tokens_per_s"),
+    "peak_memory_gb": max(r.get("memory/peak_gb", 0.0) for r in rows),
+    "loss": [r.get("trl/loss") for r in rows],
+    "bf16_autocast": grpo.get("bf16"), "trained_model_dtypes": sorted(saved),
+    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    "versions": json.loads(manifest.read_text()).get("versions", {}) if manifest.is_file() else {},
+}
+print(f"steps:                 {len(rows)} (first {figures['first_step_s']:.2f} s, includes warm-up; "
+      f"{'median of steps 2+' if len(rows) > 1 else 'that step'} below)")
+print(f"step time:             {step_s:.2f} s (of which rollout {rollout_s:.2f} s)")
+print(f"generated tokens/s:    {figures['generated_tokens_per_s']:.0f} per step-second, "
+      f"{figures['generated_tokens_per_rollout_s']:.0f} during rollout ({gen_tok:.0f} generated tokens/step)")
+print(f"prompt+response tok/s: {figures['prompt_response_tokens_per_s']:.0f} (throughput/tokens_per_s)")
+print(f"peak memory:           {figures['peak_memory_gb']:.2f} GB (GPU when CUDA, else the process's RSS)")
+print(f"loss per step:         {figures['loss']}")
+print(f"precision:             bf16 autocast {figures['bf16_autocast']}; trained weights saved as "
+      f"{', '.join(figures['trained_model_dtypes']) or '(no model saved)'} (the fp32 master copy)")
+print(f"gpu: {figures['gpu']}; versions: {figures['versions']}")
+if os.environ.get("OUT"):
+    out = Path(os.environ["OUT"])
+    (out / "gpu_check.json").write_text(json.dumps(figures, indent=2) + "\n")
+    shutil.copy(run / "metrics.jsonl", out / "metrics.jsonl")
+    print(f"written: {out}/gpu_check.json, {out}/metrics.jsonl, {out}/gpu_check.log")
 EOF
-if [ "$DRY" != 1 ]; then
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-fi
+section "done"
+[ "$TRAIN_RC" = 0 ] || [ "$TRAIN_RC" = 124 ] || die "agentbridge train exited $TRAIN_RC"

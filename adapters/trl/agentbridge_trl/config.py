@@ -1,8 +1,9 @@
-"""Map a spec to TRL's ``GRPOConfig`` arguments and reward functions (pure: imports no TRL)."""
+"""Map a spec to TRL's ``GRPOConfig`` arguments and reward functions (imports TRL only in ``make_grpo_config``)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 from agentbridge.rewards import PROCESS
@@ -25,6 +26,33 @@ WHY_NOT = {
 OPTIONS: dict[str, Any] = {"use_vllm": False, "vllm_mode": "colocate", "vllm_server_base_url": None,
                            "vllm_gpu_memory_utilization": 0.3, "vllm_tensor_parallel_size": 1,
                            "gradient_checkpointing": False, "log_completions": False, "eval_size": None}
+
+
+# GRPOConfig arguments that transformers renamed: the name written here -> the one releases before the rename take
+RENAMED = {"activation_checkpointing": "gradient_checkpointing",
+           "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
+def accepted_kwargs(kwargs: dict[str, Any], fields: Collection[str]) -> dict[str, Any]:
+    """``kwargs`` with each renamed argument under the name that a ``GRPOConfig`` of ``fields`` takes.
+
+    The jobs write transformers' current names; a transformers from before the rename (the backend extra allows
+    5.15 and later) refuses them, and takes the old name instead.
+    """
+    out = dict(kwargs)
+    for new, old in RENAMED.items():
+        if new in out and new not in fields and old in fields:
+            out[old] = out.pop(new)
+    return out
+
+
+def make_grpo_config(kwargs: dict[str, Any]) -> Any:
+    """``trl.GRPOConfig`` built from a job's arguments under the installed transformers' names (imports TRL)."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    return GRPOConfig(**accepted_kwargs(kwargs, {f.name for f in dataclasses.fields(GRPOConfig)}))
 
 
 def applies(spec: Spec) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.training.logger import RunLogger
-from agentbridge_trl.config import reward_components
+from agentbridge_trl.config import make_grpo_config, reward_components
 from agentbridge_trl.rollout import AgentRollout, prompt_row, reward_functions
 
 
@@ -26,7 +26,6 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
     episodes saw (prompt images, tool screenshots) reach every forward pass (``agentbridge_trl.vlm``).
     """
     from transformers import PrinterCallback, TrainerCallback
-    from trl import GRPOConfig
 
     from agentbridge_trl.shared_prefix import agent_trainer_class
     from agentbridge_trl.vlm import is_vlm_model, make_processor, vlm_trainer_class
@@ -54,7 +53,8 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
     if is_vlm_model(model):
         trainer_cls = vlm_trainer_class()
         processing_class = make_processor(model, agent.tokenizer, agent.renderer.image_processor)
-    trainer = trainer_cls(model=model, reward_funcs=reward_functions(components), args=GRPOConfig(**grpo_kwargs),
+    trainer = trainer_cls(model=model, reward_funcs=reward_functions(components),
+                          args=make_grpo_config(grpo_kwargs),
                           train_dataset=make_dataset(train_tasks), processing_class=processing_class,
                           rollout_func=timed_rollout, callbacks=[LogCallback()])
     if logger is not None:  # the run logger and its progress display replace the trainer's printed dicts

@@ -18,12 +18,12 @@ def validate_job(job_dir: Path) -> list[Problem]:
     problems, spec = start.problems, start.spec
     if not start.ready or spec is None:
         return problems
-    import trl
+    from agentbridge_trl.config import make_grpo_config
 
     kwargs = json.loads((job_dir / "grpo_config.json").read_text())
     kwargs["output_dir"] = str(job_dir / "validate-trainer")
     try:
-        trl.GRPOConfig(**kwargs)
+        make_grpo_config(kwargs)
     except (TypeError, ValueError) as e:
         problems.append(Problem("grpo_config.json", f"GRPOConfig rejects it: {str(e).splitlines()[0]}"))
     from agentbridge.models import ModelError, load_tokenizer

@@ -53,6 +53,27 @@ def test_algorithm_mapping_builds_a_grpo_config(name: str, loss: str, tmp_path: 
         assert config.scale_rewards == "none"
 
 
+def test_checkpointing_argument_takes_the_name_of_the_installed_transformers(tmp_path: Path) -> None:
+    """transformers before the rename (5.15-5.17) has only ``gradient_checkpointing``; the job's
+    ``activation_checkpointing`` reaches it under that name, and a current one keeps it as written."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from agentbridge_trl.config import accepted_kwargs, make_grpo_config
+
+    spec = load_spec("examples/calculator.yaml", ["backend.options={gradient_checkpointing: true}"])
+    kwargs = grpo_config_kwargs(spec, str(tmp_path))
+    assert kwargs["activation_checkpointing"] is True
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    before_rename = fields - {"activation_checkpointing", "activation_checkpointing_kwargs"}
+    old = accepted_kwargs(kwargs, before_rename)
+    assert "activation_checkpointing" not in old and old["gradient_checkpointing"] is True
+    assert set(old) <= before_rename  # a GRPOConfig without the new names takes every argument
+    assert accepted_kwargs(kwargs, fields) == kwargs
+    assert make_grpo_config(old).gradient_checkpointing and make_grpo_config(kwargs).gradient_checkpointing
+
+
 def test_ppo_is_refused_naming_the_backends_that_can() -> None:
     spec = load_spec("examples/calculator.yaml", ["algorithm.name=ppo"])
     (problem,) = TrlBackend().check(spec)
