@@ -175,8 +175,21 @@ def reference(name: str, batch: GoldenBatch, kl_coef: float) -> dict[str, Any]:
     t = batch.tensors(dtype=torch.float64)
     m = t["mask"].to(torch.float64)
     adv = reference_advantages(name, t, kl_coef)
+    # every group enters the loss: which groups dynamic sampling keeps is its own quantity ("kept")
+    loss, kl, clipped = policy_loss(name, t["logp"], t["old_logp"], t["ref_logp"], adv, m, kl_coef,
+                                    batch.max_response_tokens)
+    return {"advantages": (adv * m).tolist(), "loss": float(loss),
+            "clip_fraction": float((clipped * m).sum() / m.sum()), "kl": float(kl), "kept": kept_groups(name, t)}
+
+
+def policy_loss(name: str, logp: Any, old_logp: Any, ref_logp: Any, adv: Any, m: Any, kl_coef: float,
+                max_tokens: int) -> tuple[Any, Any, Any]:
+    """The reference policy loss of ``name`` (differentiable in ``logp``): ``(policy loss, KL term in the loss,
+    per-token clip indicator)``; the KL term is 0 where the algorithm puts KL in the reward."""
+    import torch
+
     low, high = CLIP.get(name, (0.2, 0.2))
-    log_ratio = t["logp"] - t["old_logp"]
+    log_ratio = logp - old_logp
     if name == "gspo":
         seq = (log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1)
         ratio = seq.exp().unsqueeze(1).expand_as(m)
@@ -184,15 +197,12 @@ def reference(name: str, batch: GoldenBatch, kl_coef: float) -> dict[str, Any]:
         ratio = log_ratio.exp()
     surr1, surr2 = ratio * adv, ratio.clamp(1 - low, 1 + high) * adv
     per_token = -torch.min(surr1, surr2)
-    clipped = (surr2 < surr1).to(torch.float64)
-    k3 = torch.exp(t["ref_logp"] - t["logp"]) - (t["ref_logp"] - t["logp"]) - 1
-    # every group enters the loss: which groups dynamic sampling keeps is its own quantity ("kept")
-    loss, kl = _aggregate(name, per_token, m, batch.max_response_tokens), _aggregate(name, k3, m,
-                                                                                       batch.max_response_tokens)
+    clipped = (surr2 < surr1).to(logp.dtype)
+    k3 = torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
+    loss = _aggregate(name, per_token, m, max_tokens)
     kl_in_loss = kl_coef > 0 and name not in ("reinforce_pp", "ppo")
-    return {"advantages": (adv * m).tolist(), "loss": float(loss),
-            "clip_fraction": float((clipped * m).sum() / m.sum()),
-            "kl": float(kl_coef * kl) if kl_in_loss else 0.0, "kept": kept_groups(name, t)}
+    kl = kl_coef * _aggregate(name, k3, m, max_tokens) if kl_in_loss else torch.zeros((), dtype=logp.dtype)
+    return loss, kl, clipped.detach()
 
 
 def _aggregate(name: str, x: Any, m: Any, max_tokens: int) -> Any:
