@@ -97,6 +97,7 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
         "data.seed": spec.seed,
         "actor_rollout_ref.actor.optim.lr": algo.lr,
         "actor_rollout_ref.actor.optim.lr_warmup_steps": algo.warmup_steps,
+        "actor_rollout_ref.actor.optim.weight_decay": 0.0,   # as TRL and OpenRLHF (veRL's default is 0.01)
         "actor_rollout_ref.actor.ppo_mini_batch_size": algo.batch_size,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
         "actor_rollout_ref.actor.use_kl_loss": algo.kl_coef > 0,

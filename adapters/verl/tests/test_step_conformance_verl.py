@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from agentbridge.conformance.step import run_step, step_lines
 
-NO_DECAY = ["backend.overrides={actor_rollout_ref.actor.optim.weight_decay: 0.0}"]
+DECAY = ["backend.overrides={actor_rollout_ref.actor.optim.weight_decay: 0.01}"]   # veRL's own default
 
 
-def test_verl_step_matches_without_weight_decay_and_the_jobs_decay_is_named() -> None:
-    cell = run_step("verl", sets=NO_DECAY)
+def test_verl_step_matches_the_reference_and_a_changed_decay_is_named() -> None:
+    cell = run_step("verl")  # the compiled job sets optim.weight_decay 0, as TRL and OpenRLHF
     assert cell.status in ("✔", "≈"), step_lines([cell])
-    default = run_step("verl")  # veRL's optim.weight_decay 0.01: only the update differs, the gradients do not
-    assert default.worst() == ["update"] and default.deltas["grad"] <= 1e-5, step_lines([default])
+    decayed = run_step("verl", sets=DECAY)  # only the update differs, the gradients do not
+    assert decayed.worst() == ["update"] and decayed.deltas["grad"] <= 1e-5, step_lines([decayed])
