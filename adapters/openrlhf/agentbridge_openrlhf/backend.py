@@ -278,7 +278,9 @@ def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
 
 
 def _submit_lines(spec: Spec, argv: list[str]) -> list[str]:
-    env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}, "excludes": ["runs/", "out/", "__pycache__/"]}
+    # no env_vars: OpenRLHF's train() passes its own to ray.init, and Ray refuses a Job that sets any of the same
+    # keys; it takes their values from the driver's environment, which the entrypoint sets
+    env = {"excludes": ["runs/", "out/", "__pycache__/"]}
     return [
         f"# The same job as a Ray job on a GPU cluster (OpenRLHF {OPENRLHF_PIN}). The job directory is the",
         "# working_dir, so paths are relative to it. Every node needs agentbridge-openrlhf[backend] and the spec's",
@@ -291,7 +293,7 @@ def _submit_lines(spec: Spec, argv: list[str]) -> list[str]:
         'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
         f"exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\\n"
         f"  --runtime-env-json {shlex.quote(json.dumps(env))} \\\n"
-        '  -- python3 -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
+        '  -- env TOKENIZERS_PARALLELISM=false python3 -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
     ]
 
 
