@@ -65,7 +65,7 @@ else
 fi
 PY=$(command -v "$PY") || die "no interpreter $PY"
 echo "python: $PY ($("$PY" -V 2>&1)); scratch: $WORK"
-rm -rf "$WORK"
+rm -rf "$SITE" "$WORK/run" "$WORK"/model-*  # what an earlier check left
 mkdir -p "$WORK" "$SITE"
 
 # ---- 1. packages: the carried wheels and this checkout, offline, over the interpreter's own -------------------
