@@ -1,10 +1,19 @@
-"""One optimizer step: TRL's trainer step against agentbridge's reference step, and a broken optimizer mapping."""
+"""One optimizer step: TRL's trainer step against agentbridge's reference step, a broken optimizer mapping, and
+documented differences."""
 
 from __future__ import annotations
 
 import pytest
 
-from agentbridge.conformance.step import STEP_QUANTITIES, run_step, step_lines
+from agentbridge.conformance.step import (
+    STEP_QUANTITIES,
+    StepCell,
+    compare_step,
+    reference_update,
+    run_step,
+    step_lines,
+    step_table,
+)
 
 
 def test_trl_step_equals_the_reference_and_weight_decay_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -17,3 +26,24 @@ def test_trl_step_equals_the_reference_and_weight_decay_is_named(monkeypatch: py
     broken = run_step("trl")
     assert broken.status == "✘" and broken.worst() == ["update"], step_lines([broken])
     assert step_lines([broken])[0].startswith("step grpo trl ✘")
+
+
+def test_a_documented_loss_difference_is_not_a_failure_and_a_stale_one_is() -> None:
+    import torch
+
+    want = {"loss": 1.0, "grad": {"w": torch.tensor([1.0, -0.5])}, "before": {"w": torch.zeros(2)}}
+    update = reference_update(want["grad"], 1e-3)
+    bent = {"loss": 1.0002, "grad": {"w": torch.tensor([1.0, -0.49])}, "update": update}
+    assert compare_step("b", want, bent, 1e-3).status == "✘"  # undocumented: grad 0.01
+    known = {"loss": "kl: why", "grad": "kl: why"}
+    documented = compare_step("b", want, bent, 1e-3, known)
+    assert documented.status == "≠" and documented.differing() == ["loss", "grad"]  # loss 2e-4: below CLOSE
+    assert step_lines([documented])[0].endswith("(documented: kl: why)")
+    assert step_table([documented]).splitlines()[1].split()[:2] == ["b", "≠"]
+    same = {"loss": 1.0, "grad": want["grad"], "update": update}
+    stale = compare_step("b", want, same, 1e-3, known)
+    assert stale.status == "✘" and stale.unexpected() == ["loss (documented, yet equal)",
+                                                          "grad (documented, yet equal)"]
+    assert compare_step("b", want, same, 1e-3).status == "✔"
+    stopped = step_table([StepCell("c", "stopped", stopped="x")]).splitlines()[1]
+    assert stopped.split() == ["c", "not", "run", "on", "CPU"]

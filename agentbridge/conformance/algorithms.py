@@ -277,11 +277,17 @@ class Cell:
         """The quantities beyond tolerance (with ``logged``, the logged-only metrics too)."""
         return [q for q, d in self.deltas.items() if d > CLOSE and (logged or q not in LOGGED_ONLY)]
 
+    def differing(self) -> list[str]:
+        """The quantities beyond tolerance, and documented ones that are not identical (a documented difference
+        can be smaller than the tolerance)."""
+        return [q for q, d in self.deltas.items() if q not in LOGGED_ONLY
+                and (d > CLOSE or (q in self.known and d > IDENTICAL))]
+
     def unexpected(self) -> list[str]:
-        """Quantities that differ without being documented, then documented ones that no longer differ."""
-        worst = self.worst()
-        return [q for q in worst if q not in self.known] + [f"{q} (documented, yet equal)" for q in self.known
-                                                            if q in self.deltas and q not in worst]
+        """Quantities that differ without being documented, then documented ones that are identical."""
+        differing = self.differing()
+        return [q for q in differing if q not in self.known] + [f"{q} (documented, yet equal)" for q in self.known
+                                                                if q in self.deltas and q not in differing]
 
 
 def max_delta(want: Any, got: Any) -> float:
@@ -310,7 +316,7 @@ def compare_cell(name: str, backend: str, got: dict[str, dict[str, Any]], batch:
             if q in got[variant]:
                 cell.deltas[q] = max(cell.deltas.get(q, 0.0), max_delta(want[q], got[variant][q]))
     worst = max((d for q, d in cell.deltas.items() if q not in LOGGED_ONLY), default=0.0)
-    cell.status = "✘" if cell.unexpected() else "≠" if worst > CLOSE else "≈" if worst > IDENTICAL else "✔"
+    cell.status = "✘" if cell.unexpected() else "≠" if cell.differing() else "≈" if worst > IDENTICAL else "✔"
     return cell
 
 
@@ -322,7 +328,7 @@ def problem_lines(cells: list[Cell]) -> list[str]:
         return f" (documented: {c.known[q]})" if q in c.known else " (undocumented)"
 
     return [f"{c.algorithm} {c.backend} {q} max|Δ|={c.deltas[q]:.3g}{tag(c, q)}"
-            for c in cells for q in c.worst(logged=True)] + \
+            for c in cells for q in dict.fromkeys(c.differing() + c.worst(logged=True))] + \
         [f"{c.algorithm} {c.backend} {q}" for c in cells for q in c.unexpected() if q.endswith("yet equal)")]
 
 
@@ -416,7 +422,7 @@ def table(cells: list[Cell], backends: list[str]) -> str:
             elif c.status == "✘":
                 row.append("✘ " + ",".join(c.unexpected()))
             elif c.status == "≠":
-                row.append("≠ " + ",".join(c.worst()))
+                row.append("≠ " + ",".join(c.differing()))
             else:
                 row.append(c.status)
         rows.append(row)

@@ -20,6 +20,10 @@ optimizer's step on the backend's own gradients, in units of the learning rate, 
 weights: Adam's first step is ``lr x g / (|g| + eps)``, so comparing updates of two backends directly mostly
 measures the sign of gradients near 0; on its own gradients the optimizer's configuration — learning rate, weight
 decay, betas, eps — is what differs).
+
+A difference in the loss math the backend's adapter documents for ``grpo`` with KL on (its ``DIFFERENCES``, see
+:func:`~agentbridge.conformance.algorithms.documented`: ``loss`` or ``kl``) explains ``loss`` and ``grad``: the
+step is then ≠ (documented) there, and ✘ when it is identical after all (the documentation is stale).
 """
 
 from __future__ import annotations
@@ -36,11 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentbridge.conformance.algorithms import CLOSE, IDENTICAL, KL_COEF, golden_batch, policy_loss
+from agentbridge.conformance.algorithms import CLOSE, IDENTICAL, KL_COEF, documented, golden_batch, policy_loss
 
 ALGORITHM = "grpo"
 PROMPT = 4
 STEP_QUANTITIES = ("loss", "grad", "update")
+LOSS_MATH = ("loss", "kl")  # documented algorithm differences that change a step's loss and gradient
 MAX_GRAD_NORM = 1.0
 LR = 1e-3  # large enough that weight decay (lr x wd x w) is not lost to float32 rounding of the weights
 BATCH_FILE = "step_batch.pt"
@@ -130,16 +135,28 @@ def hf_names(tensors: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 @dataclass
 class StepCell:
-    """One backend's step against the reference: ✔ identical, ≈ within tolerance, ✘ with the quantities, or
-    ``stopped`` (the call that keeps its update code off the CPU)."""
+    """One backend's step against the reference: ✔ identical, ≈ within tolerance, ≠ a documented difference, ✘
+    with the quantities, or ``stopped`` (the call that keeps its update code off the CPU)."""
 
     backend: str
     status: str = "✔"
     deltas: dict[str, float] = field(default_factory=dict)
     stopped: str = ""
+    known: dict[str, str] = field(default_factory=dict)  # step quantity -> the documented difference explaining it
 
     def worst(self) -> list[str]:
+        """The quantities beyond tolerance."""
         return [q for q, d in self.deltas.items() if d > CLOSE]
+
+    def differing(self) -> list[str]:
+        """The quantities beyond tolerance, and documented ones that are not identical."""
+        return [q for q, d in self.deltas.items() if d > CLOSE or (q in self.known and d > IDENTICAL)]
+
+    def unexpected(self) -> list[str]:
+        """Quantities that differ without a documented reason, then documented ones that are identical."""
+        differing = self.differing()
+        return [q for q in differing if q not in self.known] + \
+            [f"{q} (documented, yet equal)" for q in self.known if q in self.deltas and q not in differing]
 
 
 def step_deltas(want: dict[str, Any], got: dict[str, Any], lr: float) -> dict[str, float]:
@@ -183,26 +200,52 @@ def adamw(params: list[Any], lr: float) -> Any:
     return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
 
-def compare_step(backend: str, want: dict[str, Any], got: dict[str, Any], lr: float) -> StepCell:
-    """A backend's step (its probe's output, or ``{"stopped": call}``) against the reference step."""
+def step_known(backend: Any) -> dict[str, str]:
+    """The step quantities a backend's documented differences for ``grpo`` with KL on explain (``loss`` and
+    ``grad``, when the loss math differs), each with the documented reason."""
+    why = "; ".join(f"{q}: {w}" for q, w in documented(backend, ALGORITHM, KL_COEF).items() if q in LOSS_MATH)
+    return {"loss": why, "grad": why} if why else {}
+
+
+def compare_step(backend: str, want: dict[str, Any], got: dict[str, Any], lr: float,
+                 known: dict[str, str] | None = None) -> StepCell:
+    """A backend's step (its probe's output, or ``{"stopped": call}``) against the reference step; ``known``:
+    the quantities a documented difference explains (:func:`step_known`)."""
     if "stopped" in got:
         return StepCell(backend, "stopped", stopped=str(got["stopped"]))
-    cell = StepCell(backend, deltas=step_deltas(want, got, lr))
+    cell = StepCell(backend, deltas=step_deltas(want, got, lr), known=dict(known or {}))
     worst = max(cell.deltas.values(), default=0.0)
-    cell.status = "✘" if worst > CLOSE else "≈" if worst > IDENTICAL else "✔"
+    cell.status = "✘" if cell.unexpected() else "≠" if cell.differing() else "≈" if worst > IDENTICAL else "✔"
     return cell
 
 
 def step_lines(cells: list[StepCell]) -> list[str]:
-    """One line per backend: its status and max |Δ| per quantity, or the call that stops it."""
+    """One line per backend: its status and max |Δ| per quantity (and a documented difference's reason), or the
+    call that stops it."""
     lines = []
     for c in cells:
         if c.status == "stopped":
             lines.append(f"step {ALGORITHM} {c.backend}: not run on CPU: {c.stopped}")
         else:
             deltas = ", ".join(f"{q} max|Δ|={d:.3g}" for q, d in c.deltas.items())
-            lines.append(f"step {ALGORITHM} {c.backend} {c.status} {deltas}")
+            why = dict.fromkeys(c.known[q] for q in c.differing() if q in c.known)
+            lines.append(f"step {ALGORITHM} {c.backend} {c.status} {deltas}"
+                         + "".join(f" (documented: {w})" for w in why))
     return lines
+
+
+def step_table(cells: list[StepCell]) -> str:
+    """The one-step table as plain text: backend, result (✔, ≈, ≠ or ✘ with the quantities, or not run) and
+    max |Δ| of loss, grad and update."""
+    rows = [["step " + ALGORITHM, "result", *STEP_QUANTITIES]]
+    for c in cells:
+        if c.status == "stopped":
+            rows.append([c.backend, "not run on CPU", *[""] * len(STEP_QUANTITIES)])
+            continue
+        result = {"✘": "✘ " + ",".join(c.unexpected()), "≠": "≠ " + ",".join(c.differing())}.get(c.status, c.status)
+        rows.append([c.backend, result, *[f"{c.deltas[q]:.2g}" if q in c.deltas else "" for q in STEP_QUANTITIES]])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 # ---------------------------------------------------------------------------------------------- running probes
@@ -258,7 +301,7 @@ def run_step(backend_name: str, workdir: Path | None = None, sets: list[str] | N
                 tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
                 raise ConformanceError(f"backend {backend_name}: the step probe in {python} failed: {tail}")
             got = torch.load(out)
-    return compare_step(backend_name, want, got, spec.algorithm.lr)
+    return compare_step(backend_name, want, got, spec.algorithm.lr, step_known(backend))
 
 
 def main(argv: list[str] | None = None) -> int:

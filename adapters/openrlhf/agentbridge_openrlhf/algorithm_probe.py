@@ -17,7 +17,12 @@ from typing import Any
 
 # what OpenRLHF cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> (why, KL-on
 # only); warned at validate, recorded in the job manifest, checked by the algorithm conformance suite
+KL_TOKEN_MEAN = ("token-mean over the batch, not the per-sequence mean of the policy loss: the actor's "
+                 "training_step aggregates the KL loss with aggregate_loss's default (token_level_loss), whatever "
+                 "--actor.loss_agg_mode says, and no flag changes it")
 DIFFERENCES: dict[str, dict[str, tuple[str, bool]]] = {
+    "grpo": {"kl": (KL_TOKEN_MEAN, True)},
+    "gspo": {"kl": (KL_TOKEN_MEAN, True)},
     "dr_grpo": {"loss": ("token-mean over the batch instead of a sum over a constant (max_response_tokens): "
                          "--actor.loss_agg_mode offers token-mean and seq-mean-token-mean only", False),
                 "kl": ("aggregated as the loss (token-mean)", True)},
@@ -84,6 +89,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     if args.algo.kl.use_loss and args.algo.kl.init_coef > 0:
         kld = compute_approx_kl(t["logp"], t["ref_logp"], log_probs_old=t["old_logp"],
                                 kl_estimator=args.algo.kl.estimator, unbiased_gradient=args.algo.kl.unbiased_gradient)
+        # as training_step calls it: no token_level_loss, so a token mean whatever loss_agg_mode says
         kl_term = float(aggregate_loss(kld, mask)) * args.algo.kl.init_coef
     kept = batch.groups()
     if args.algo.dynamic_filtering_enable:
