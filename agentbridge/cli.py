@@ -407,11 +407,13 @@ def report(run_dirs: tuple[str, ...], out: str) -> None:
               help="Keep the compiled golden jobs here (default: a temporary directory).")
 @click.option("--algorithms", "algorithms", is_flag=True,
               help="Check the training math instead: each backend's advantages and policy loss against "
-                   "agentbridge's reference, as an algorithm x backend table.")
+                   "agentbridge's reference (an algorithm x backend table), and one optimizer step (a table of "
+                   "loss, gradient and update per backend).")
 @user_errors
 def conformance(backend_names: str | None, kind: str, workdir: str | None, algorithms: bool) -> None:
     """Push the golden episodes through each backend's real path; its ids, masks, log-probs, rewards and images
-    must equal the driver's. With --algorithms: the golden batch through each backend's advantage and loss code."""
+    must equal the driver's. With --algorithms: the golden batch through each backend's advantage and loss code,
+    and one optimizer step through its update code."""
     from rich.console import Console
     from rich.table import Table
 
@@ -449,27 +451,40 @@ def conformance(backend_names: str | None, kind: str, workdir: str | None, algor
 
 
 def _algorithm_conformance(backend_names: str, workdir: str | None) -> None:
-    """The algorithm x backend table (✔ identical, ≈ within tolerance, ✘ with the quantity); exit 1 on ✘."""
+    """The algorithm x backend table (✔ identical, ≈ within tolerance, ≠ documented, ✘ with the quantity), then
+    the one-step table (each backend's optimizer step against the reference step); exit 1 on ✘ in either."""
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from agentbridge.conformance.algorithms import problem_lines, run_algorithms, table
+    from agentbridge.conformance.algorithms import Cell, problem_lines, run_algorithms, table
+    from agentbridge.conformance.step import StepCell, run_step, step_lines, step_table
 
     names = [n.strip() for n in backend_names.split(",") if n.strip()]
     t0 = time.perf_counter()
-    click.echo(f"algorithms: {', '.join(names)} ...", err=True)
+    click.echo(f"algorithms and one step: {', '.join(names)} ...", err=True)
+
+    def one(name: str) -> tuple[list[Cell], StepCell]:  # one backend's probes run one after another
+        base = Path(workdir) / name if workdir else None
+        return run_algorithms(name, workdir=base / "algorithms" if base else None), \
+            run_step(name, base / "step" if base else None)
+
     with ThreadPoolExecutor(max_workers=len(names) or 1) as pool:  # backends in other environments run in parallel
-        runs = [pool.submit(run_algorithms, name, workdir=Path(workdir) / name if workdir else None)
-                for name in names]
-        cells = [cell for run in runs for cell in run.result()]
+        runs = [pool.submit(one, name) for name in names]
+        results = [run.result() for run in runs]
+    cells = [cell for algorithm_cells, _ in results for cell in algorithm_cells]
+    steps = [step for _, step in results]
     click.echo(table(cells, names))
+    click.echo("")
+    click.echo(step_table(steps))
     for line in problem_lines(cells):
         click.echo(f"difference: {line}", err=True)
+    for line in step_lines(steps):
+        click.echo(line, err=True)
     for cell in cells:
         if cell.status == "n/a":
             click.echo(f"n/a: {cell.algorithm} {cell.backend}: {cell.why}", err=True)
-    click.echo(f"{len(cells)} cells in {time.perf_counter() - t0:.1f}s", err=True)
-    if any(c.status == "✘" for c in cells):
+    click.echo(f"{len(cells)} cells and {len(steps)} steps in {time.perf_counter() - t0:.1f}s", err=True)
+    if any(c.status == "✘" for c in cells) or any(s.status == "✘" for s in steps):
         sys.exit(1)
 
 

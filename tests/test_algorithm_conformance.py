@@ -66,13 +66,24 @@ def test_trl_grpo_equals_the_reference_and_a_broken_mapping_is_named(monkeypatch
     assert [line.split(" max|Δ|=")[0] for line in problem_lines([broken])] == ["grpo trl loss"]
 
 
-def test_cli_table_and_exit_status() -> None:
+def test_cli_tables_and_exit_status(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(main, ["conformance", "--algorithms", "--backend", "trl"])
     assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
+    algorithms, steps = result.stdout.strip().split("\n\n")
+    lines = algorithms.splitlines()
     assert lines[0].split() == ["algorithm", "trl"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
     assert rows["grpo"][0] in ("✔", "≈") and rows["dapo"] == ["≠", "kept"] and rows["ppo"] == ["n/a"]
+    head, trl = steps.splitlines()
+    assert head.split() == ["step", "grpo", "result", "loss", "grad", "update"]
+    assert trl.split()[0] == "trl" and trl.split()[1] in ("✔", "≈") and len(trl.split()) == 5
+    from agentbridge_trl import config
+
+    monkeypatch.setitem(config.ALGORITHMS["grpo"], "weight_decay", 0.1)  # only the optimizer step can see this
+    broken = CliRunner().invoke(main, ["conformance", "--algorithms", "--backend", "trl"])
+    assert broken.exit_code == 1, broken.output
+    assert broken.stdout.strip().split("\n\n")[0] == algorithms.strip()  # the algorithm table is unchanged
+    assert broken.stdout.strip().split("\n\n")[1].splitlines()[1].split()[:3] == ["trl", "✘", "update"]
 
 
 def test_validate_warns_and_the_manifest_records_a_documented_difference(tmp_path: Path) -> None:

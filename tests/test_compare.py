@@ -35,3 +35,17 @@ def test_compare_trains_what_it_can_and_reports_every_backend(tmp_path: Path) ->
     assert "<td>ok</td>" in verl_row and "not run here: verl trains on GPUs" in verl_row
     assert "<td>not installed</td>" in backends.split("<td>nope</td>")[1]
     assert (tmp_path / "report" / "reward.png").is_file()
+
+
+def test_compare_conformance_puts_the_algorithm_and_step_results_in_the_report(tmp_path: Path) -> None:
+    args = ["compare", "examples/calculator.yaml", "--backends", "trl", "--conformance", "--no-train",
+            "-o", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "report" / "report.html").read_text()
+    trl_row = page.split("<table class='backends'>")[1].split("<td>trl</td>")[1].split("</tr>")[0]
+    conformance = trl_row.split("<td>")[3]
+    assert conformance.startswith("identical (text, vlm); algorithms: grpo "), conformance
+    assert "dapo ≠ kept" in conformance
+    step = conformance.split("; one step (grpo): ")[1].split("</td>")[0].split()
+    assert step[0] in ("✔", "≈") and step[1::2] == ["loss", "grad", "update"], step

@@ -1,9 +1,9 @@
 """``agentbridge compare``: one spec through several backends, side by side.
 
 For each backend: compile the spec, validate the job with the backend's own validators in its own environment,
-optionally run the conformance suite, and train where this machine can (a backend that trains on CPU, and a
-spec that asks for no GPUs). The report then draws every run next to the others, with a table of what each
-backend did.
+optionally run the conformance suites (rollouts, algorithms, one optimizer step), and train where this machine
+can (a backend that trains on CPU, and a spec that asks for no GPUs). The report then draws every run next to
+the others, with a table of what each backend did.
 """
 
 from __future__ import annotations
@@ -75,10 +75,24 @@ def _one(spec: Spec, name: str, out: Path, *, conformance: bool, train: bool, sa
             result.problems.append(f"{name}: algorithms: {e}")
         else:  # the backend's column of the algorithm x backend table (see `agentbridge conformance --algorithms`)
             result.conformance += "; algorithms: " + ", ".join(
-                f"{c.algorithm} {c.status}" + (f" {','.join(c.worst())}" if c.status in ("≠", "✘") else "")
+                f"{c.algorithm} {c.status}" + (f" {','.join(c.unexpected() if c.status == '✘' else c.differing())}"
+                                               if c.status in ("≠", "✘") else "")
                 for c in cells if c.status != "n/a")
             result.problems += [f"{name}: algorithms: {line}" for line in problem_lines(cells)
                                 if "(undocumented)" in line or "yet equal" in line]
+        from agentbridge.conformance.step import ALGORITHM, run_step, step_lines
+
+        say(f"[{name}] one optimizer step")
+        try:
+            step = run_step(name)
+        except Exception as e:  # noqa: BLE001 - one line in the report, the other backends go on
+            result.problems.append(f"{name}: one step: {e}")
+        else:  # the backend's row of the one-step table
+            result.conformance += f"; one step ({ALGORITHM}): " + (
+                f"not run on CPU ({step.stopped})" if step.status == "stopped" else
+                f"{step.status} " + ", ".join(f"{q} {d:.2g}" for q, d in step.deltas.items()))
+            if step.status == "✘":
+                result.problems += [f"{name}: {line}" for line in step_lines([step])]
     caps = backend.capabilities()
     if not report.ok:
         result.run = "not run: the job did not validate"

@@ -19,6 +19,7 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     """The loss, clipped gradients and parameter updates of one TRL training step on ``batch`` (see the module)."""
     import torch
     from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from agentbridge.conformance.step import PROMPT
     from agentbridge.models import load_tokenizer
@@ -50,6 +51,8 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
                             if p.grad is not None}
 
     trainer.add_callback(Capture())
+    for printer in (PrinterCallback, ProgressCallback):  # the step's log line would land in the caller's stdout
+        trainer.remove_callback(printer)
     trainer.args.max_steps = 1
     output = trainer.train()
     update = {k: p.detach() - before[k] for k, p in trainer.model.named_parameters()}
