@@ -424,12 +424,17 @@ def conformance(backend_names: str | None, kind: str, workdir: str | None, algor
         return
     if not backend_names:
         raise click.UsageError("--backend is required (or pass --algorithms)")
+    from concurrent.futures import ThreadPoolExecutor
+
     kinds = KINDS if kind == "all" else (kind,)
     console = Console()
     failed = False
-    for name in [n.strip() for n in backend_names.split(",") if n.strip()]:
-        with console.status(f"conformance: {name}"):
-            results = run_suite(name, kinds, Path(workdir) / name if workdir else None)
+    names = [n.strip() for n in backend_names.split(",") if n.strip()]
+    with console.status(f"conformance: {', '.join(names)}"), \
+            ThreadPoolExecutor(max_workers=len(names) or 1) as pool:  # backends in other environments in parallel
+        runs = [pool.submit(run_suite, name, kinds, Path(workdir) / name if workdir else None) for name in names]
+        suites = [run.result() for run in runs]
+    for name, results in zip(names, suites, strict=True):
         table = Table("kind", "case", "result", title=f"conformance: {name}")
         for result in results:
             if result.skipped:
