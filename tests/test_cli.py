@@ -100,7 +100,7 @@ def test_compile_prints_what_the_job_does_differently(tmp_path: Path) -> None:
                                        str(tmp_path / "job")])
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
-    assert any("algorithm.warm_start is not run by the veRL job" in n for n in notes), result.output
+    assert any("algorithm.warm_start.control is not run by the veRL job" in n for n in notes), result.output
 
 
 def test_every_backends_job_manifest_records_what_makes_runs_comparable(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ finish (eval of the trained checkpoint, paired tests, report)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,38 @@ def test_finish_without_a_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.
     assert main(["finish", str(job), "--run-dir", str(tmp_path / "run"), "--model", str(tmp_path / "nothing")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {tmp_path / 'nothing'}: no trained checkpoint here (no config.json)"]
+
+
+@pytest.mark.parametrize("backend, trainer", [("verl", "verl.trainer.main_ppo"),
+                                              ("openrlhf", "openrlhf.cli.train_ppo_ray")])
+def test_launch_script_runs_the_arms_around_the_backends_trainer(tmp_path: Path, backend: str, trainer: str) -> None:
+    """The compiled job's launch.sh: prepare (eval, warm start, eval) → the trainer, started from the warm-started
+    model → finish (eval of the model the trainer saved). The trainer is a stand-in (it needs GPUs)."""
+    import subprocess
+    import sys
+
+    job, run, record = tmp_path / "job", tmp_path / "run", tmp_path / "argv.json"
+    sets = [f"--set={s}" for s in SMALL]
+    compiled = subprocess.run([sys.executable, "-m", "agentbridge.cli", "compile", "examples/calculator.yaml",
+                               "--backend", backend, "-o", str(job), *sets], capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stderr
+    python = tmp_path / "python"  # this interpreter, except for the trainer's module
+    standin = Path(__file__).with_name("trainer_standin.py")
+    python.write_text(f'#!/usr/bin/env bash\nif [ "${{1:-}} ${{2:-}}" = "-m {trainer}" ]; then shift 2; '
+                      f'exec {sys.executable} {standin} {backend} "$@"; fi\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "RUN_DIR": str(run), "OUT": str(run), "STANDIN_RECORD": str(record)}
+    launched = subprocess.run(["bash", str(job / "launch.sh")], env=env, capture_output=True, text=True)
+    assert launched.returncode == 0, launched.stderr[-2000:]
+
+    args = json.loads(record.read_text())
+    assert f"{run / WARM_MODEL}" in " ".join(args)  # the trainer started from the warm-started model
+    evals = json.loads((run / "eval.json").read_text())
+    assert {"before_training", "before_rl", "after_rl"} <= set(evals)
+    assert evals["after_rl"]["n"] == 24 and evals["after_rl"]["mean"] == evals["before_rl"]["mean"]
+    assert json.loads((run / "warm_start.json").read_text())["steps"] == 4
+
+    alone = tmp_path / "alone"  # AGENTBRIDGE_PHASES=off: the trainer alone, from the spec's model
+    env |= {"RUN_DIR": str(alone), "OUT": str(alone), "AGENTBRIDGE_PHASES": "off"}
+    assert subprocess.run(["bash", str(job / "launch.sh")], env=env, capture_output=True).returncode == 0
+    assert WARM_MODEL not in record.read_text() and not (alone / "eval.json").exists()

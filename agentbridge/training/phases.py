@@ -23,6 +23,41 @@ from agentbridge.training.evaluate import EvalResult
 WARM_MODEL = "warm_start_model"
 
 
+def launch_lines(spec: Any, *, job: str, run_dir: str, checkpoint: str) -> tuple[list[str], list[str]]:
+    """The shell lines a backend's launch script runs before and after its trainer, when the spec asks for an
+    evaluation or a warm start: ``prepare`` (which sets ``$MODEL`` to the warm-started model, if any) and
+    ``finish`` on ``checkpoint`` (a shell expression for the trained HF model directory). ``job`` is where
+    ``spec.yaml`` is read from, ``run_dir`` where the arms go; ``$PYTHON`` runs them. ``AGENTBRIDGE_PHASES=off``
+    skips both (the trainer alone). Empty lists when there is nothing to run."""
+    if spec.algorithm.warm_start is None and spec.data.eval is None:
+        return [], []
+    phases = '"$PYTHON" -m agentbridge.training.phases'
+    on = '[ "${AGENTBRIDGE_PHASES:-on}" != off ]'
+    before = [
+        "# agentbridge's experiment around the trainer: held-out eval and the warm start before it, eval after it",
+        f"if {on}; then",
+        f'  WARM="$({phases} prepare "{job}" --run-dir "{run_dir}" | tail -n 1)"',
+        '  if [ -n "$WARM" ]; then MODEL="$WARM"; fi',
+        "fi",
+    ]
+    after = [
+        f'CHECKPOINT="{checkpoint}"',
+        f'if {on} && [ -f "$CHECKPOINT/config.json" ]; then',
+        f'  {phases} finish "{job}" --run-dir "{run_dir}" --model "$CHECKPOINT"',
+        f"elif {on}; then",
+        '  echo "agentbridge: no trained model at $CHECKPOINT; after_rl is not evaluated" >&2',
+        "fi",
+    ]
+    return before, after
+
+
+def _on_accelerator(model: Any) -> Any:
+    """The model on the first GPU when there is one (a cluster's head node), else where it is."""
+    import torch
+
+    return model.to("cuda") if torch.cuda.is_available() else model
+
+
 def _setup(job_dir: Path, quiet: bool) -> tuple[Any, Any, Any]:
     from agentbridge.rollout.agent import Agent
     from agentbridge.spec import load_spec
@@ -58,7 +93,7 @@ def prepare(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> Path | None
     spec, agent, console = _setup(job_dir, quiet)
     run_dir.mkdir(parents=True, exist_ok=True)
     console.say(f"loading {spec.model.path}")
-    model = load_model(spec.model.path, seed=spec.seed)
+    model = _on_accelerator(load_model(spec.model.path, seed=spec.seed))
     eval_tasks = agent.tasks("eval") if spec.data.eval is not None else []
     with console.bars():
         experiment = Experiment(agent, model, run_dir, eval_tasks, say=console.say, progress=console.progress)
@@ -86,7 +121,7 @@ def finish(job_dir: Path, run_dir: Path, model_dir: Path, *, quiet: bool = False
     spec, agent, console = _setup(job_dir, quiet)
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir}: no trained checkpoint here (no config.json)")
-    model = load_model(str(model_dir))
+    model = _on_accelerator(load_model(str(model_dir)))
     eval_tasks = agent.tasks("eval") if spec.data.eval is not None else []
     with console.bars():
         experiment = Experiment(agent, model, run_dir, eval_tasks, say=console.say, progress=console.progress)

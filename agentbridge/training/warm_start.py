@@ -136,7 +136,8 @@ class SFTRun:
         import torch
 
         self.model.train()
-        loss = prefix_shared_loss(self.model, self._batch())
+        device = next(self.model.parameters()).device
+        loss = prefix_shared_loss(self.model, {k: v.to(device) for k, v in self._batch().items()})
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()

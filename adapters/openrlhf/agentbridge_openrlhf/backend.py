@@ -25,6 +25,7 @@ from agentbridge.backends import (
 )
 from agentbridge.runs import manifest, package_version, write_jsonl
 from agentbridge.spec import Spec, dump_spec, spec_hash
+from agentbridge.training.phases import launch_lines
 from agentbridge_openrlhf import __version__
 from agentbridge_openrlhf.config import (
     AGENT_FILE,
@@ -170,7 +171,8 @@ class OpenRLHFBackend:
         sizes = {"train_size": len(train), "eval_size": len(evals), "multimodal": multimodal,
                  "first_images": max((len(r.get("images") or []) for r in train + evals), default=0)}
         local = to_argv(flag_values(spec, model="@MODEL@", job="@JOB@", out="@OUT@", **sizes))
-        warm = NOTES[-1] if spec.algorithm.warm_start else None  # "algorithm.warm_start is not run ..."
+        ws = spec.algorithm.warm_start
+        warm = NOTES[-1] if ws is not None and ws.control else None  # "algorithm.warm_start.control is not run"
         notes = [n for n in (foreign_note(spec), warm) if n]  # `agentbridge compile` prints them
         _script(out / "launch.sh", [f"# NOTE: {n}" for n in notes] + _launch_lines(spec, local))
         _script(out / "submit.sh", [f"# NOTE: {n}" for n in notes] + _submit_lines(spec, local))
@@ -263,6 +265,9 @@ def _model_line(spec: Spec) -> str:
 
 
 def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
+    before, after = launch_lines(spec, job="$JOB", run_dir="$OUT", checkpoint="$OUT/ckpt")
+    if before:  # not for --print-args, which only prints the trainer's command line
+        before = [before[0], 'if [ "${1:-}" != "--print-args" ]; then', *(f"  {line}" for line in before[1:]), "fi"]
     return [
         f"# OpenRLHF {OPENRLHF_PIN} job for spec '{spec.name}' (agentbridge-openrlhf {__version__}), run here:",
         "# OpenRLHF starts a local Ray cluster; vLLM and DeepSpeed need GPUs. `launch.sh --print-args` prints the",
@@ -270,10 +275,12 @@ def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
         'PYTHON="${PYTHON:-python3}"',
         _model_line(spec),
         f'OUT="${{OUT:-runs/{spec.name}}}"',
+        *before,
         *_args_block(argv, "$JOB"),
         'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
         'mkdir -p "$OUT"',
-        'exec "$PYTHON" -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
+        '"$PYTHON" -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
+        *after,
     ]
 
 

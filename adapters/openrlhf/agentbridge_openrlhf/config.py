@@ -41,8 +41,8 @@ NOTES = [
     "reinforce_pp: REINFORCE++ (estimator reinforce); backend.options.estimator=reinforce_baseline for the "
     "group-baseline variant",
     "ppo: GAE with a critic initialised from the actor (text models only)",
-    "algorithm.warm_start is not run by the OpenRLHF job (OpenRLHF's SFT is a separate entry point); "
-    "start from a warm-started checkpoint in model.path",
+    "algorithm.warm_start.control is not run by the OpenRLHF job: the SFT-only control needs RL's wall time "
+    "in-process (the TRL backend runs it); the warm start and the held-out arms run around OpenRLHF's trainer",
 ]
 # backend.options a spec may set, and their defaults
 OPTIONS: dict[str, Any] = {

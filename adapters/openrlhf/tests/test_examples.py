@@ -50,8 +50,9 @@ def test_what_the_job_leaves_out_is_noted(example: dict[str, Any]) -> None:
     assert example["spec"].backend.name == "trl" and example["spec"].backend.options
     notes = example["job"].manifest["notes"]
     assert notes[0] == "backend.options are for backend trl (backend.name): not applied to the OpenRLHF job"
-    warm = [n for n in notes[1:] if n.startswith("algorithm.warm_start is not run")]  # search.yaml warm-starts
-    assert len(warm) == int(example["spec"].algorithm.warm_start is not None) == len(notes) - 1
+    ws = example["spec"].algorithm.warm_start
+    control = [n for n in notes[1:] if n.startswith("algorithm.warm_start.control is not run")]
+    assert len(control) == int(ws is not None and ws.control) == len(notes) - 1
 
 
 def test_image_flags_follow_the_model(example: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from agentbridge.backends import (
 )
 from agentbridge.runs import manifest, package_version
 from agentbridge.spec import Spec, dump_spec, spec_hash
+from agentbridge.training.phases import launch_lines
 from agentbridge_verl import VERL_PIN, __version__
 from agentbridge_verl.algorithms import ALGORITHMS, GROUPED, NOTES
 from agentbridge_verl.config import (
@@ -158,9 +159,10 @@ def compile_notes(spec: Spec) -> list[str]:
         episodes = spec.algorithm.batch_size * spec.algorithm.group_size
         notes.append(f"backend.options.agent_workers: {workers} agent-loop workers, not {wanted}: veRL splits a "
                      f"step's {episodes} episodes into equal chunks, one per worker")
-    if spec.algorithm.warm_start is not None:
-        notes.append("algorithm.warm_start is not run by the veRL job: run the warm start first (e.g. with the TRL "
-                     "backend) and set model.path to its output")
+    if spec.algorithm.warm_start is not None and spec.algorithm.warm_start.control:
+        notes.append("algorithm.warm_start.control is not run by the veRL job: the SFT-only control needs RL's wall "
+                     "time in-process (the TRL backend runs it); the warm start and the held-out arms run around "
+                     "veRL's trainer")
     if spec.resources.gpus_per_node == 0:
         notes.append("resources.gpus_per_node is 0, but veRL's trainer needs GPUs: compiled for 1 GPU per node")
     return notes
@@ -187,6 +189,9 @@ def _model_lines(spec: Spec) -> list[str]:
 
 def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
     paths = " \\\n  ".join(f'"{o}"' for o in path_overrides(spec, "$ROOT", "$MODEL", has_eval=has_eval))
+    step = '$(cat "$RUN_DIR/checkpoints/latest_checkpointed_iteration.txt" 2>/dev/null || echo none)'
+    before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR",
+                                 checkpoint=f"$RUN_DIR/checkpoints/global_step_{step}/actor/huggingface")
     return [
         "# Run veRL's PPO trainer with agentbridge's agent loop on this machine (veRL's trainer needs GPUs).",
         "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
@@ -194,9 +199,11 @@ def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
         'ROOT="${ROOT:-$JOB}"',
         *_model_lines(spec),
         f"RUN_DIR=\"${{RUN_DIR:-runs/{spec.name}}}\"",
-        f"exec \"$PYTHON\" -m verl.trainer.main_ppo --config-path \"$JOB\" --config-name {CONFIG_NAME} \\",
+        *before,
+        f"\"$PYTHON\" -m verl.trainer.main_ppo --config-path \"$JOB\" --config-name {CONFIG_NAME} \\",
         f"  {paths} \\",
         '  trainer.default_local_dir="$RUN_DIR/checkpoints" "$@"',
+        *after,
     ]
 
 

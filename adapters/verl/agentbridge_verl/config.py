@@ -27,7 +27,7 @@ OPTIONS: dict[str, Any] = {
     "agent_workers": 8,
     "reward_workers": 8,
     "logger": ["console"],
-    "save_freq": -1,
+    "save_freq": 100,                 # veRL's recipes; the V1 trainer also saves at the last step when > 0
     "test_freq": -1,
 }
 ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
@@ -128,6 +128,8 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
         "trainer.total_training_steps": algo.steps,
         "trainer.logger": list(opts["logger"]),
         "trainer.save_freq": int(opts["save_freq"]),
+        # a HF model beside the FSDP shards: agentbridge evaluates the trained actor from it (after_rl)
+        "actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"],
         "trainer.test_freq": int(opts["test_freq"]),
         "trainer.val_before_train": False,
         **ALGORITHMS.get(algo.name, {}),

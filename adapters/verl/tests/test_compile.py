@@ -25,9 +25,12 @@ def test_compile_writes_a_self_contained_job(small_job: Job) -> None:
     manifest = json.loads((small_job.path / "manifest.json").read_text())
     assert manifest["backend"] == "verl" and manifest["versions"]["verl_pin"] == "0.9.1"
     assert manifest["tasks"] == {"train": 8, "eval": 4}
-    # the example asks for a warm start and 0 GPUs: the job says what it does instead
-    assert [n.split(" ")[0] for n in manifest["notes"]] == ["algorithm.warm_start", "resources.gpus_per_node"]
-    assert "# NOTE: algorithm.warm_start is not run" in (small_job.path / "launch.sh").read_text()
+    # the example asks for an SFT control and 0 GPUs: the job says what it does instead
+    assert [n.split(" ")[0] for n in manifest["notes"]] == ["algorithm.warm_start.control", "resources.gpus_per_node"]
+    launch = (small_job.path / "launch.sh").read_text()
+    assert "# NOTE: algorithm.warm_start.control is not run" in launch
+    assert launch.index("agentbridge.training.phases prepare") < launch.index("verl.trainer.main_ppo")
+    assert launch.index("verl.trainer.main_ppo") < launch.index("agentbridge.training.phases finish")
 
 
 def test_parquet_rows_carry_the_task_and_select_agentbridges_loop(small_job: Job) -> None:
@@ -125,7 +128,7 @@ def test_plugin_and_compile_import_no_verl_or_torch(tmp_path: Path) -> None:
 def test_launch_command_composes_in_main_ppo(small_job: Job) -> None:
     """launch.sh's exact command line, stopped by Hydra's --cfg job after veRL's main_ppo composed it."""
     res = subprocess.run(["bash", str(small_job.path / "launch.sh"), "--cfg", "job"], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHON": sys.executable})
+                         timeout=300, env={**os.environ, "PYTHON": sys.executable, "AGENTBRIDGE_PHASES": "off"})
     assert res.returncode == 0, res.stderr[-2000:]
     cfg = yaml.safe_load(res.stdout)
     assert cfg["algorithm"]["adv_estimator"] == "grpo"

@@ -13,6 +13,9 @@ from ray_job import driver_env, merge_as_ray_init, submitted
 PROBE = Path(__file__).with_name("ray_init_probe.py")
 
 
+NO_PHASES = {"AGENTBRIDGE_PHASES": "off"}  # launch.sh up to the trainer's start only
+
+
 def test_submitted_job_runtime_env_merges_with_main_ppos_ray_init(tmp_path: Path) -> None:
     """veRL's main_ppo always passes ``runtime_env.py_executable`` (null by default) to ``ray.init``; Ray refuses
     a Job whose runtime env shares a key with it, so the interpreter travels as main_ppo's own setting."""
@@ -22,7 +25,7 @@ def test_submitted_job_runtime_env_merges_with_main_ppos_ray_init(tmp_path: Path
     python.chmod(0o755)
     job_env, entrypoint = submitted(job.path / "submit.sh", tmp_path, {"PYTHON": str(python)})
     assert job_env["working_dir"] == str(job.path) and job_env["env_vars"]["AGENTBRIDGE_JOB"] == "job"
-    res = subprocess.run(entrypoint, cwd=job.path, env=driver_env(job_env), capture_output=True, text=True,
+    res = subprocess.run(entrypoint, cwd=job.path, env=driver_env(job_env) | NO_PHASES, capture_output=True, text=True,
                          timeout=300)
     lines = [line for line in res.stdout.splitlines() if line.startswith("RAY_INIT ")]
     assert res.returncode == 0 and lines, res.stderr[-3000:]
