@@ -93,6 +93,7 @@ def table(lines: list[dict[str, Any]]) -> str:
     head = ("| run | warm start | before training | after warm start | after RL | SFT control | RL − warm start "
             "| p (RL vs warm) | RL − control | p (RL vs control) | job wall time |")
     rows = [head, "|" + "---|" * 11]
+    groups: list[str] = []
     for line in lines:
         e, p = line["evals"], line["evals"]["paired"]
         ctrl = e.get("sft_control", {}).get("mean")
@@ -103,6 +104,13 @@ def table(lines: list[dict[str, Any]]) -> str:
             + (f"| {100 * (e['after_rl']['mean'] - ctrl):+.1f} | {p['rl_vs_control_p']:.2g} " if ctrl is not None
                else "| – | – ")
             + (f"| {line['wall_s'] / 60:.1f} min |" if line["wall_s"] else "| – |"))
+        by_group = {a: e[a].get("by_group", {}) for a in ("before_rl", "after_rl", "sft_control") if a in e}
+        groups.append(f"{Path(line['run']).name}: " + "; ".join(
+            f"{g} " + " → ".join(f"{by_group[a][g]:.2f}" for a in by_group if g in by_group[a])
+            for g in by_group.get("before_rl", {})))
+    if groups:
+        rows += ["", "Per task group (after the warm start → after RL → SFT control):", "",
+                 *(f"- {g}" for g in groups)]
     if len(lines) > 1:
         gains = [100 * (x["evals"]["after_rl"]["mean"] - x["evals"]["before_rl"]["mean"]) for x in lines]
         rows.append("")
@@ -119,9 +127,17 @@ def main() -> None:
     parser.add_argument("--cache", default=None, help="AGENTBRIDGE_CACHE for the runs (default: a fresh one each)")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="more --set for every run")
     parser.add_argument("--out", type=Path, default=Path("bench/learning"))
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="seeds run at once (their wall times then include each other's load)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = args.runs or [run_seed(args.spec, s, args.out, args.cache, args.sets) for s in args.seeds]
+    if args.runs:
+        runs = args.runs
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+            runs = list(pool.map(lambda s: run_seed(args.spec, s, args.out, args.cache, args.sets), args.seeds))
     lines = [timeline(r) for r in runs]
     draw(lines, args.out / "learning.png")
     text = table(lines)
