@@ -129,4 +129,4 @@ def test_another_backends_options_are_left_out_with_a_note(tmp_path: Path) -> No
     assert OpenRLHFBackend().check(load_spec(CALC, [OURS, foreign[0]]))[0].where == "backend.options.eval_size"
     argv = job_argv(ours.path, model="/m")
     assert argv[argv.index("--algo.advantage.is_correction_level") + 1] == "token"
-    assert [n.split(" ", 1)[0] for n in ours.manifest["notes"]] == ["algorithm.warm_start"]  # calculator warm-starts
+    assert [n.split(" ", 1)[0] for n in ours.manifest["notes"]] == ["algorithm.warm_start.control"]  # an SFT control
