@@ -21,6 +21,7 @@ from typing import Any
 
 from agentbridge.env import Environment, Message, StepResult, Task, ToolCall, text_of
 from agentbridge.rewards import RewardFn
+from agentbridge.rollout.driver import assistant_action
 from agentbridge.rollout.parsers import HermesParser, ToolCallParser
 from agentbridge.rollout.trajectory import Trajectory, Turn
 
@@ -115,12 +116,7 @@ def _bad_actions(tools: list[str], parser: ToolCallParser) -> list[tuple[str, Me
 
 def _action(text: str, parser: ToolCallParser) -> tuple[Message, list[str]]:
     """The assistant message the driver builds from generated text, and the text's malformed tool calls."""
-    parsed = parser.parse(text)
-    action: Message = {"role": "assistant", "content": text}
-    if parsed.tool_calls:
-        action["tool_calls"] = parsed.tool_calls
-    if parsed.errors:
-        action["tool_call_errors"] = parsed.errors  # type: ignore[typeddict-unknown-key]
+    action, parsed = assistant_action(text, parser)
     return action, parsed.errors
 
 

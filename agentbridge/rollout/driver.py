@@ -10,10 +10,22 @@ from typing import Any
 
 from agentbridge.env import Environment, Message, Task, images_of, task_images
 from agentbridge.rewards import PROCESS, RewardSet
-from agentbridge.rollout.parsers import HermesParser, ToolCallParser
+from agentbridge.rollout.parsers import HermesParser, ParsedAction, ToolCallParser
 from agentbridge.rollout.policy import Policy
 from agentbridge.rollout.renderer import Renderer
 from agentbridge.rollout.trajectory import Limits, SamplingParams, Trajectory, Turn
+
+
+def assistant_action(text: str, parser: ToolCallParser) -> tuple[Message, ParsedAction]:
+    """The assistant message the driver builds from a turn's generated text (tool calls and malformed ones
+    attached), and the parse result."""
+    parsed = parser.parse(text)
+    action: Message = {"role": "assistant", "content": text}
+    if parsed.tool_calls:
+        action["tool_calls"] = parsed.tool_calls
+    if parsed.errors:
+        action["tool_call_errors"] = parsed.errors  # type: ignore[typeddict-unknown-key]
+    return action, parsed
 
 
 def _add(metrics: dict[str, float], new: dict[str, float]) -> None:
@@ -63,12 +75,7 @@ async def run_episode(policy: Policy, env: Environment, task: Task, renderer: Re
             traj.logprobs += logprobs
             stopped = bool(ids) and ids[-1] == renderer.eos_token_id
             text = renderer.decode(ids[:-1] if stopped else ids)
-            parsed = parser.parse(text)
-            action: Message = {"role": "assistant", "content": text}
-            if parsed.tool_calls:
-                action["tool_calls"] = parsed.tool_calls
-            if parsed.errors:
-                action["tool_call_errors"] = parsed.errors  # type: ignore[typeddict-unknown-key]
+            action, parsed = assistant_action(text, parser)
             metrics["tools/parse_errors"] += len(parsed.errors)
             turn = Turn(text=text, tool_calls=[dict(c) for c in parsed.tool_calls], generated_tokens=len(ids),
                         generate_s=gen_s)

@@ -39,6 +39,19 @@ DIFFERENCES: dict[str, dict[str, tuple[str, bool]]] = {
 }
 
 
+def policy_loss(args: Any) -> Any:
+    """OpenRLHF's ``PolicyLoss`` as its actor builds it from the parsed job arguments."""
+    from openrlhf.models.loss import PolicyLoss
+
+    return PolicyLoss(clip_eps_low=args.actor.eps_clip_low_high[0], clip_eps_high=args.actor.eps_clip_low_high[1],
+                      dual_clip=args.actor.dual_clip, token_level_loss=args.actor.loss_agg_mode == "token-mean",
+                      policy_loss_type=args.actor.policy_loss_type,
+                      is_correction_level=args.algo.advantage.is_correction_level,
+                      is_correction_mode=args.algo.advantage.is_correction_mode,
+                      is_correction_gating=args.algo.advantage.is_correction_gating,
+                      is_correction_threshold=args.algo.advantage.is_correction_threshold)
+
+
 def probe(job: Path, batch: Any) -> dict[str, Any]:
     """The algorithm quantities OpenRLHF computes for ``batch`` under the job in ``job``."""
     from types import SimpleNamespace
@@ -52,7 +65,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
 
     use_vllm_standin()  # the experience maker's module imports vllm ...
     deepspeed.install()  # ... and DeepSpeed
-    from openrlhf.models.loss import PolicyLoss, aggregate_loss
+    from openrlhf.models.loss import aggregate_loss
     from openrlhf.models.utils import compute_approx_kl
     from openrlhf.trainer.ppo_utils.experience import Experience
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
@@ -76,13 +89,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     (exp,) = maker.compute_advantages_and_returns([exp])
     ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64),
                                    spec.algorithm.kl_coef).float()
-    loss_fn = PolicyLoss(clip_eps_low=args.actor.eps_clip_low_high[0], clip_eps_high=args.actor.eps_clip_low_high[1],
-                         dual_clip=args.actor.dual_clip, token_level_loss=args.actor.loss_agg_mode == "token-mean",
-                         policy_loss_type=args.actor.policy_loss_type,
-                         is_correction_level=args.algo.advantage.is_correction_level,
-                         is_correction_mode=args.algo.advantage.is_correction_mode,
-                         is_correction_gating=args.algo.advantage.is_correction_gating,
-                         is_correction_threshold=args.algo.advantage.is_correction_threshold)
+    loss_fn = policy_loss(args)
     loss, clip_ratio, *_ = loss_fn(t["logp"], t["old_logp"], ref_adv, action_mask=mask,
                                    rollout_log_probs=t["old_logp"])
     kl_term = 0.0

@@ -26,12 +26,13 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from agentbridge.conformance.step import optimizer_step
+    from agentbridge_openrlhf.algorithm_probe import policy_loss
     from agentbridge_openrlhf.standins import deepspeed, use_vllm_standin
     from agentbridge_openrlhf.validate import job_argv, parse_args
 
     use_vllm_standin()
     deepspeed.install()  # openrlhf.models opens as a namespace: its loss and utils modules, not the Actor
-    from openrlhf.models.loss import PolicyLoss, aggregate_loss
+    from openrlhf.models.loss import aggregate_loss
     from openrlhf.models.utils import compute_approx_kl, log_probs_from_logits
     from openrlhf.utils.loss_utils import get_loss_batch_info
 
@@ -41,13 +42,7 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     adam = args.actor.adam
     optimizer = torch.optim.AdamW(_groups(model, adam.weight_decay), lr=adam.lr,
                                   betas=tuple(adam.betas), eps=adam.eps)
-    loss_fn = PolicyLoss(clip_eps_low=args.actor.eps_clip_low_high[0], clip_eps_high=args.actor.eps_clip_low_high[1],
-                         dual_clip=args.actor.dual_clip, token_level_loss=args.actor.loss_agg_mode == "token-mean",
-                         policy_loss_type=args.actor.policy_loss_type,
-                         is_correction_level=args.algo.advantage.is_correction_level,
-                         is_correction_mode=args.algo.advantage.is_correction_mode,
-                         is_correction_gating=args.algo.advantage.is_correction_gating,
-                         is_correction_threshold=args.algo.advantage.is_correction_threshold)
+    loss_fn = policy_loss(args)
     mask = batch["response_mask"].bool()
     width = mask.shape[1]
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
