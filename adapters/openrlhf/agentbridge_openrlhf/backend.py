@@ -37,14 +37,18 @@ from agentbridge_openrlhf.config import (
     OWNED,
     WHY_NOT,
     applies,
+    describe_demand,
     estimator,
+    flag_getter,
     flag_values,
     foreign_note,
+    gpu_demand,
     openrlhf_flags,
     options,
     overrides,
     to_argv,
     vision_model,
+    world_size,
 )
 
 PYTHON_ENV = "AGENTBRIDGE_OPENRLHF_PYTHON"  # interpreter of the OpenRLHF environment, when not this one
@@ -131,6 +135,11 @@ class OpenRLHFBackend:
                                     "group of samples per prompt; use group_size >= 2"))
         if opts["is_correction"] not in ("off", "token", "seq"):
             problems.append(Problem("backend.options.is_correction", "must be off, token or seq"))
+        demand = gpu_demand(flag_getter(flag_values(spec, model="", job="", out="", train_size=1, eval_size=0)))
+        if spec.resources.gpus_per_node > 0 and sum(demand.values()) > world_size(spec):
+            problems.append(Problem("resources", f"the OpenRLHF job asks for {describe_demand(demand)}, more than "
+                                    f"{spec.resources.nodes}x{spec.resources.gpus_per_node} = {world_size(spec)}; "
+                                    "its placement groups would wait forever"))
         if spec.agent.sampling.top_k:
             problems.append(Problem("agent.sampling.top_k", f"OpenRLHF {OPENRLHF_PIN} has no top_k flag (it samples "
                                                             "with top_k=-1); remove it"))
@@ -270,11 +279,16 @@ def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
         before = [before[0], 'if [ "${1:-}" != "--print-args" ]; then', *(f"  {line}" for line in before[1:]), "fi"]
     return [
         f"# OpenRLHF {OPENRLHF_PIN} job for spec '{spec.name}' (agentbridge-openrlhf {__version__}), run here:",
-        "# OpenRLHF starts a local Ray cluster; vLLM and DeepSpeed need GPUs. `launch.sh --print-args` prints the",
-        "# exact argv (NUL-separated), which `agentbridge check` validates with OpenRLHF's own parser.",
+        "# OpenRLHF starts a local Ray cluster, or joins $RAY_ADDRESS (a multi-node job goes to its cluster with",
+        "# submit.sh); vLLM and DeepSpeed need GPUs. `launch.sh --print-args` prints the exact argv (NUL-separated),",
+        "# which `agentbridge check` validates with OpenRLHF's own parser.",
         'PYTHON="${PYTHON:-python3}"',
         _model_line(spec),
         f'OUT="${{OUT:-runs/{spec.name}}}"',
+        "# first: the Ray cluster the job uses ($RAY_ADDRESS, else this machine) must have the GPUs it asks for",
+        'if [ "${1:-}" != "--print-args" ]; then',
+        '  MODEL="$MODEL" "$PYTHON" -m agentbridge_openrlhf.cluster "$JOB" "$@"',
+        "fi",
         *before,
         *_args_block(argv, "$JOB"),
         'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -46,7 +47,8 @@ NOTES = [
 ]
 # backend.options a spec may set, and their defaults
 OPTIONS: dict[str, Any] = {
-    "async": False,                 # --train.async_enable (vLLM on its own GPUs) instead of colocate + sleep
+    "async": False,                 # --train.async_enable: vLLM engines on half the GPUs, the models on the
+                                    # other half (async_split), instead of all on every GPU with sleep
     "async_queue_size": 1,
     "partial_rollout": False,
     "vllm_num_engines": None,       # default: one engine per GPU (tensor_parallel_size 1)
@@ -148,6 +150,8 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
     a, algo, res = spec.agent, spec.algorithm, spec.resources
     opts = options(spec)
     gpus = max(1, res.gpus_per_node)
+    # async: vLLM engines get GPUs of their own, so the DeepSpeed models take half of the cluster
+    model_nodes, model_gpus = async_split(res.nodes, gpus) if opts["async"] else (res.nodes, gpus)
     prompts_needed = algo.steps * algo.batch_size
     episodes = max(1, math.ceil(prompts_needed / max(1, train_size)))
     v: dict[str, Any] = {
@@ -176,10 +180,10 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         "actor.lr_warmup_ratio": round(algo.warmup_steps / algo.steps, 6),
         "algo.kl.init_coef": algo.kl_coef,
         "train.seed": spec.seed,
-        "actor.num_nodes": res.nodes,
-        "actor.num_gpus_per_node": gpus,
-        "ref.num_nodes": res.nodes,
-        "ref.num_gpus_per_node": gpus,
+        "actor.num_nodes": model_nodes,
+        "actor.num_gpus_per_node": model_gpus,
+        "ref.num_nodes": model_nodes,
+        "ref.num_gpus_per_node": model_gpus,
         "vllm.tensor_parallel_size": opts["vllm_tensor_parallel_size"],
         "vllm.gpu_memory_utilization": opts["vllm_gpu_memory_utilization"],
         "ds.zero_stage": opts["zero_stage"],
@@ -189,7 +193,8 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         "logger.tensorboard_dir": f"{out}/tensorboard",
     }
     tp = int(opts["vllm_tensor_parallel_size"])
-    v["vllm.num_engines"] = opts["vllm_num_engines"] or max(1, world_size(spec) // tp)
+    vllm_gpus = world_size(spec) - model_nodes * model_gpus if opts["async"] else world_size(spec)
+    v["vllm.num_engines"] = opts["vllm_num_engines"] or max(1, vllm_gpus // tp)
     for key, value in ALGORITHMS.get(spec.algorithm.name, {}).items():
         if key != "algo.advantage.estimator":
             v[key] = value
@@ -198,11 +203,13 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
     if algo.kl_coef > 0:  # GRPO-style KL: in the loss, k3 estimator
         v.update({"algo.kl.use_loss": True, "algo.kl.estimator": "k3"})
     if estimator(spec) == "gae":
-        v.update({"critic.model_name_or_path": model, "critic.num_nodes": res.nodes,
-                  "critic.num_gpus_per_node": gpus, "critic.adam.lr": opts["critic_lr"]})
+        v.update({"critic.model_name_or_path": model, "critic.num_nodes": model_nodes,
+                  "critic.num_gpus_per_node": model_gpus, "critic.adam.lr": opts["critic_lr"]})
     if opts["async"]:
+        # as OpenRLHF's async agent recipe: colocate_all shares one placement group among the DeepSpeed models
+        # (actor, ref, critic); the vLLM engines get their own (train_ppo_ray.train)
         v.update({"train.async_enable": True, "train.async_queue_size": opts["async_queue_size"],
-                  "train.colocate_actor_ref": True})
+                  "train.colocate_all": True})
         if opts["partial_rollout"]:
             v["train.partial_rollout_enable"] = True
     else:
@@ -228,6 +235,62 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         else:
             v[key] = value
     return v
+
+
+def async_split(nodes: int, gpus_per_node: int) -> tuple[int, int]:
+    """Nodes and GPUs per node of the DeepSpeed models in an async job: half the cluster (whole nodes when the node
+    count is even), the other half for the vLLM engines, as in OpenRLHF's async recipes. A cluster that does not
+    halve keeps every GPU for the models; :func:`gpu_demand` then exceeds it and ``check`` says so."""
+    if nodes % 2 == 0:
+        return nodes // 2, gpus_per_node
+    if gpus_per_node % 2 == 0:
+        return nodes, gpus_per_node // 2
+    return nodes, gpus_per_node
+
+
+def gpu_demand(flag: Callable[[str], Any]) -> dict[str, int]:
+    """The GPUs OpenRLHF 0.11.2's ``train()`` (``openrlhf/cli/train_ppo_ray.py``) holds, by placement group or actor
+    group, for the flags ``flag(dotted name)`` returns (parsed args, or :func:`flag_values` with OpenRLHF's
+    defaults). ``train()`` waits for each placement group without a timeout: more than the cluster has waits forever.
+    """
+    def gpus(role: str) -> int:
+        return int(flag(f"{role}.num_nodes")) * int(flag(f"{role}.num_gpus_per_node"))
+
+    colocate_all, asynchronous = bool(flag("train.colocate_all")), bool(flag("train.async_enable"))
+    kl = float(flag("algo.kl.init_coef") or 0) > 0
+    demand: dict[str, int] = {}
+    shared = colocate_all or bool(flag("train.colocate_actor_ref"))  # one placement group for actor and ref
+    if shared:
+        demand["actor+ref" if kl else "actor"] = gpus("actor")
+    engines = int(flag("vllm.num_engines") or 0)
+    if engines > 0 and not (colocate_all and not asynchronous):  # else the engines share the actor's group
+        demand["vLLM engines"] = engines * int(flag("vllm.tensor_parallel_size"))
+    if not shared:
+        demand["actor"] = gpus("actor")
+        if kl:
+            demand["ref"] = gpus("ref")
+    critic_group = bool(flag("critic.model_name_or_path")) and bool(flag("train.colocate_critic_reward"))
+    if critic_group:  # a placement group of its own, even under colocate_all
+        demand["critic+reward"] = gpus("critic")
+    elif flag("critic.model_name_or_path") and not colocate_all:
+        demand["critic"] = gpus("critic")
+    agent_mode = flag("reward.remote_url") or flag("train.agent_func_path")  # no reward model then
+    if not agent_mode and not colocate_all and not critic_group:
+        demand["reward model"] = gpus("reward")
+    return demand
+
+
+def describe_demand(demand: dict[str, int]) -> str:
+    """``'32 GPUs (actor 16, vLLM engines 16)'``."""
+    total = sum(demand.values())
+    parts = ", ".join(f"{name} {n}" for name, n in demand.items())
+    return f"{total} GPU{'s' if total != 1 else ''} ({parts})"
+
+
+def flag_getter(values: dict[str, Any]) -> Callable[[str], Any]:
+    """``flag(dotted name)`` over :func:`flag_values`: the value set there, else OpenRLHF's default."""
+    flags = openrlhf_flags()
+    return lambda name: values[name] if name in values else flags[name]["default"]
 
 
 def to_argv(values: dict[str, Any]) -> list[str]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,3 +32,22 @@ def calculator_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     OpenRLHFBackend().compile(load_spec(ROOT / "examples/calculator.yaml"), out)
     return out
 
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster() -> Iterator[Any]:
+    """A local Ray cluster of two raylets declaring 8 logical GPUs each (no CUDA behind them) and 8 CPUs (OpenRLHF's
+    bundles are ``{"GPU": 1, "CPU": 1}``), for one test module; shut down after it. No worker is prestarted."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": 8, "num_gpus": 8}
+    cluster = Cluster(initialize_head=True, head_node_args={
+        **node, "include_dashboard": False, "_system_config": {"prestart_worker_first_driver": False}})
+    try:
+        cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

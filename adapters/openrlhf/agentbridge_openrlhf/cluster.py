@@ -1,0 +1,103 @@
+"""Before ``launch.sh`` starts OpenRLHF's trainer: will its placement groups fit the Ray cluster it is going to use?
+
+OpenRLHF 0.11.2's ``train()`` waits for each placement group with ``ray.get(pg.ready())`` and no timeout. A job that
+asks for more GPUs than the cluster has waits forever, and so does a multi-node job launched without ``RAY_ADDRESS``:
+``train()``'s ``ray.init()`` then starts a Ray cluster of this machine alone. This check runs first and refuses such a
+job with one line naming the demand and the supply.
+
+``python -m agentbridge_openrlhf.cluster JOB [EXTRA_ARGS...]`` (``launch.sh`` runs it, with ``MODEL`` set): exit 0
+when the job fits, 1 with one ``error:`` line when it does not. Without OpenRLHF or Ray in this interpreter it
+checks nothing: the trainer, started with the same interpreter, reports that itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from agentbridge_openrlhf.config import describe_demand, gpu_demand
+
+ADDRESS_ENV = "RAY_ADDRESS"  # where ray.init() (OpenRLHF's too) connects; Ray sets it for a Ray job's entrypoint
+
+
+def local_gpus() -> int:
+    """The GPUs a Ray cluster started on this machine declares: Ray's own count, capped by the visible devices."""
+    from ray._private.accelerators import get_accelerator_manager_for_resource
+
+    manager = get_accelerator_manager_for_resource("GPU")
+    count = manager.get_current_node_num_accelerators()
+    visible = manager.get_current_process_visible_accelerator_ids()
+    return min(count, len(visible)) if visible is not None else count
+
+
+def cluster_gpus(address: str) -> int:
+    """The GPUs of the Ray cluster at ``address`` (``ray.cluster_resources()``), connecting as a driver briefly."""
+    import logging
+
+    import ray
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    try:
+        return int(ray.cluster_resources().get("GPU", 0))
+    finally:
+        ray.shutdown()
+
+
+def placement_problem(args: Any, address: str | None) -> str | None:
+    """Why ``train(args)`` would wait forever for its placement groups with ``RAY_ADDRESS=address``, or None."""
+    def flag(dotted: str) -> Any:
+        value = args
+        for part in dotted.split("."):
+            value = getattr(value, part, None)
+        return value
+
+    demand = gpu_demand(flag)
+    roles = ["actor", *(["ref"] if float(flag("algo.kl.init_coef") or 0) > 0 else []),
+             *(["critic"] if flag("critic.model_name_or_path") else [])]
+    nodes = max(int(flag(f"{role}.num_nodes")) for role in roles)
+    if address is None and nodes > 1:
+        return (f"the job spans {nodes} nodes but {ADDRESS_ENV} is not set: OpenRLHF would start a Ray cluster of "
+                f"this machine alone and wait forever for the other nodes' GPUs; submit it to the cluster with "
+                f"submit.sh, or set {ADDRESS_ENV} to launch it from a node of the cluster")
+    wanted = sum(demand.values())
+    try:
+        have = local_gpus() if address is None else cluster_gpus(address)
+    except Exception as e:  # noqa: BLE001 - Ray's connection errors vary; one line says which cluster
+        return f"cannot reach the Ray cluster at {ADDRESS_ENV}={address}: {str(e).strip().splitlines()[0]}"
+    if wanted > have:
+        where = "this machine has" if address is None else f"the Ray cluster at {address} has"
+        return (f"the job asks for {describe_demand(demand)} but {where} {have}; OpenRLHF would wait forever for "
+                "its placement groups")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: python -m agentbridge_openrlhf.cluster JOB [EXTRA_ARGS...]", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("openrlhf") is None or importlib.util.find_spec("ray") is None:
+        return 0
+    from agentbridge_openrlhf.validate import ArgsError, job_argv, parse_args
+
+    job = Path(argv[0])
+    try:
+        args = parse_args(job_argv(job, os.environ.get("MODEL")) + argv[1:])
+    except ArgsError as e:
+        print(f"error: {job / 'launch.sh'}: OpenRLHF rejects the command line: {e}", file=sys.stderr)
+        return 1
+    problem = placement_problem(args, os.environ.get(ADDRESS_ENV) or None)
+    if problem is not None:
+        print(f"error: {job / 'launch.sh'}: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
