@@ -163,6 +163,7 @@ class OpenRLHFBackend:
 
     def compile(self, spec: Spec, out: Path) -> Job:
         """Write the job directory: manifest, spec, data/*.jsonl, the agent file, launch.sh, submit.sh."""
+        from agentbridge.plugins import get_plugins
         from agentbridge.rollout.agent import load_tasks
 
         out = Path(out)
@@ -179,7 +180,9 @@ class OpenRLHFBackend:
         multimodal = is_multimodal(spec, train + evals)
         sizes = {"train_size": len(train), "eval_size": len(evals), "multimodal": multimodal,
                  "first_images": max((len(r.get("images") or []) for r in train + evals), default=0)}
-        local = to_argv(flag_values(spec, model="@MODEL@", job="@JOB@", out="@OUT@", **sizes))
+        values = flag_values(spec, model="@MODEL@", job="@JOB@", out="@OUT@", **sizes)
+        get_plugins().hook.modify_backend_config(spec=spec, backend=self.name, config=values)
+        local = to_argv(values)
         ws = spec.algorithm.warm_start
         warm = NOTES[-1] if ws is not None and ws.control else None  # "algorithm.warm_start.control is not run"
         notes = [n for n in (foreign_note(spec), warm) if n]  # `agentbridge compile` prints them

@@ -81,6 +81,7 @@ class TrlBackend:
 
     def compile(self, spec: Spec, out: Path) -> Job:
         """Write the job directory: manifest, spec, data, GRPOConfig, launch.sh, submit.sh."""
+        from agentbridge.plugins import get_plugins
         from agentbridge.rollout.agent import load_tasks
 
         out = Path(out)
@@ -90,6 +91,7 @@ class TrlBackend:
         write_jsonl(out / "data" / "eval.jsonl", (t.to_dict() for t in evals))
         (out / "spec.yaml").write_text(dump_spec(spec))
         kwargs = grpo_config_kwargs(spec, output_dir="${RUN_DIR}/trainer")
+        get_plugins().hook.modify_backend_config(spec=spec, backend=self.name, config=kwargs)
         (out / "grpo_config.json").write_text(json.dumps(kwargs, indent=2) + "\n")
         run_dir = f"runs/{spec.name}"
         entry = f"-m agentbridge_trl.entry \"$JOB\" --run-dir \"${{RUN_DIR:-{run_dir}}}\""
