@@ -17,11 +17,16 @@ from agentbridge.backends import JobError
 from agentbridge.spec import Spec, SpecError, json_schema, load_spec
 
 USER_ERRORS: tuple[type[Exception], ...] = (SpecError, ValueError, FileNotFoundError, JobError)
+MAX_ERROR_LINES = 10
 
 
 def _fail(message: str) -> NoReturn:
-    for line in message.splitlines() or [message]:
+    """Print each line of ``message`` as an error (the first ``MAX_ERROR_LINES``, then how many more) and exit 1."""
+    lines = message.splitlines() or [message]
+    for line in lines[:MAX_ERROR_LINES]:
         click.echo(f"error: {line}", err=True)
+    if len(lines) > MAX_ERROR_LINES:
+        click.echo(f"error: ... and {len(lines) - MAX_ERROR_LINES} more", err=True)
     sys.exit(1)
 
 
@@ -47,7 +52,9 @@ def set_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _spec(path: str, sets: tuple[str, ...]) -> Spec:
-    return load_spec(path, list(sets))
+    from agentbridge.plugins import get_plugins
+
+    return load_spec(path, list(sets), registries=get_plugins().registries)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

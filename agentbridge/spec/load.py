@@ -1,17 +1,37 @@
-"""Load a spec from YAML with ``--set`` overrides; every problem is one line naming file, field and line."""
+"""Load a spec from YAML with ``--set`` overrides; every problem is one line naming file (or ``--set``), field and
+line.
+
+The YAML reading is bounded: a spec file holds at most ``MAX_SPEC_BYTES``, ``MAX_VALUES`` values after expanding
+aliases and ``MAX_DEPTH`` levels of nesting. Numbers follow YAML 1.2 (``1e-5`` is a float, ``017`` is 17); a key
+given twice in one mapping is an error.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+import math
+import re
+import stat
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from pydantic import ValidationError
 
 from agentbridge.spec.models import Spec
+
+MAX_SPEC_BYTES = 256 * 1024
+MAX_VALUES = 10_000
+MAX_DEPTH = 64
+
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+# YAML 1.2 core schema: decimal, 0o octal and 0x hex integers; floats with an optional exponent, .inf, .nan
+_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 
 
 class SpecError(ValueError):
@@ -22,65 +42,278 @@ class SpecError(ValueError):
         self.problems = problems
 
 
+class IdRegistry(Protocol):
+    """The registered ids of one kind (``agentbridge.plugins.Registry``)."""
+
+    def __contains__(self, id: str, /) -> bool: ...
+
+    def unknown(self, id: str) -> str: ...
+
+
+def _short(text: object, limit: int = 60) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def field_path(loc: tuple[Any, ...]) -> str:
     """('reward', 1, 'weight') → 'reward[1].weight'."""
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{_short(part)}" if out else _short(part))
     return out or "(top level)"
 
 
-def _line_index(node: yaml.Node | None, prefix: tuple[Any, ...] = ()) -> dict[tuple[Any, ...], int]:
-    """Map each key path in a composed YAML document to its 1-based line."""
+class _ReadError(yaml.MarkedYAMLError):
+    """A problem the reader finds itself (a bound passed, a duplicate key, a value of the wrong form); not syntax."""
+
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(None, None, problem, mark)
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 numbers, duplicate keys refused and aliases counted as expanded."""
+
+    yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+                               for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+        self.values = 0                              # values composed so far, aliases counted as expanded
+        self.shapes: dict[int, tuple[int, int]] = {}  # id(node) → (values, nesting) of its expansion
+        self.aliased = False
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _ReadError(f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+        if isinstance(event, yaml.AliasEvent):
+            shape = self.shapes.get(id(node))
+            if shape is None:
+                raise _ReadError(f"alias *{_short(event.anchor)} is inside the node it names", event.start_mark)
+            self.aliased = True
+            self.values += shape[0]
+            if self.depth + shape[1] > MAX_DEPTH:
+                raise _ReadError(f"alias *{_short(event.anchor)} nests the spec more than {MAX_DEPTH} levels deep",
+                             event.start_mark)
+        else:
+            kids: list[yaml.Node] = []
+            if isinstance(node, yaml.SequenceNode):
+                kids = node.value
+            elif isinstance(node, yaml.MappingNode):
+                kids = [n for pair in node.value for n in pair]
+            shapes = [self.shapes[id(k)] for k in kids]
+            self.shapes[id(node)] = (1 + sum(s[0] for s in shapes), 1 + max((s[1] for s in shapes), default=0))
+            self.values += 1
+        if self.values > MAX_VALUES:
+            raise _ReadError(f"more than {MAX_VALUES} values once aliases are expanded (the limit for a spec)",
+                         event.start_mark)
+        return node
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except Exception:  # e.g. `!!int abc`, `!!timestamp 2020-99-99`: one line, not a traceback
+            tag = node.tag.rsplit(":", 1)[-1]
+            raise _ReadError(f"cannot read {_short(node.value)!r} as {tag}", node.start_mark) from None
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                if first is not None:
+                    raise _ReadError(f"duplicate key '{_short(key)}' (first on line {first})", key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        text = str(self.construct_scalar(node))
+        if text.startswith(("0o", "0x")):
+            return int(text[2:], 8 if text[1] == "o" else 16)
+        return int(text, 10)
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        text = str(self.construct_scalar(node))
+        if text.lower().lstrip("+-") in (".inf", ".nan"):
+            value = math.inf if text.lower().endswith("inf") else math.nan
+            return -value if text.startswith("-") else value
+        return float(text)
+
+
+_Loader.add_implicit_resolver(_INT_TAG, _INT, list("-+0123456789"))
+_Loader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+.0123456789"))
+_Loader.add_constructor(_INT_TAG, _Loader.construct_yaml_int)
+_Loader.add_constructor(_FLOAT_TAG, _Loader.construct_yaml_float)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Quotes a string that a YAML 1.2 reader (``_Loader``) or a YAML 1.1 one would read as a number."""
+
+
+_Dumper.add_implicit_resolver(_INT_TAG, _INT, list("-+0123456789"))
+_Dumper.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+.0123456789"))
+
+
+def _unshare(value: Any) -> Any:
+    """A copy in which no two places share a mapping or list (so ``--set`` changes one place only)."""
+    if isinstance(value, dict):
+        return {k: _unshare(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unshare(v) for v in value]
+    return value
+
+
+def _read_yaml(text: str) -> tuple[Any, yaml.Node | None]:
+    """The value of a one-document YAML text and its node graph; raises ``yaml.YAMLError``."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError:
+        raise
+    except Exception as e:  # the reader's own bug guard: never a traceback for a user's file
+        raise _ReadError(f"cannot read the document ({type(e).__name__})", None) from None
+    finally:
+        loader.dispose()
+    return (_unshare(data) if loader.aliased else data), node
+
+
+def _yaml_problem(e: yaml.YAMLError, text: str) -> tuple[int | None, str]:
+    """The 1-based line (when known) and one-line description of a YAML error in ``text``."""
+    if isinstance(e, yaml.reader.ReaderError):
+        char = e.character if isinstance(e.character, int) else ord(e.character)
+        return text.count("\n", 0, e.position) + 1, f"character #x{char:04x} is not allowed in YAML"
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return None, " ".join(str(e).split())
+    problem = e.problem or e.context or type(e).__name__
+    if e.context and e.context.startswith("found "):  # e.g. "found duplicate anchor 'a'; first occurrence"
+        problem = e.context.split(";")[0]
+    label = "" if isinstance(e, _ReadError | yaml.constructor.ConstructorError) else "YAML syntax error: "
+    mark = e.problem_mark
+    return (mark.line + 1 if mark is not None else None), label + " ".join(problem.split())
+
+
+def _line_index(node: yaml.Node | None, prefix: tuple[Any, ...] = (),
+                seen: set[int] | None = None) -> dict[tuple[Any, ...], int]:
+    """Map each key path in a composed YAML document to its 1-based line. An aliased node is indexed once, where
+    its anchor is; a problem under an alias is reported on the alias's line."""
+    seen = set() if seen is None else seen
     lines: dict[tuple[Any, ...], int] = {}
+    if node is None or id(node) in seen:
+        return lines
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
-            path = (*prefix, key_node.value)
-            lines[path] = key_node.start_mark.line + 1
-            lines.update(_line_index(value_node, path))
+            if isinstance(key_node, yaml.ScalarNode):
+                path = (*prefix, key_node.value)
+                lines[path] = key_node.start_mark.line + 1
+                lines.update(_line_index(value_node, path, seen))
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             lines[(*prefix, i)] = item.start_mark.line + 1
-            lines.update(_line_index(item, (*prefix, i)))
+            lines.update(_line_index(item, (*prefix, i), seen))
     return lines
 
 
-def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+def _read_spec_file(path: Path) -> str:
+    """The text of a spec file; a missing, unreadable, oversized or binary file is one ``SpecError`` line."""
+
+    def fail(problem: str) -> SpecError:
+        return SpecError([f"{path}: {problem}"])
+
+    try:
+        info = path.stat()
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        raise fail("no such spec file") from None
+    except OSError as e:
+        raise fail(f"cannot read it ({e.strerror or e})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise fail("is a directory, not a spec file")
+    if not stat.S_ISREG(info.st_mode):
+        raise fail("is not a regular file")
+    too_big = f"is over the {MAX_SPEC_BYTES}-byte limit for a spec file"
+    if info.st_size > MAX_SPEC_BYTES:
+        raise fail(f"{too_big} ({info.st_size} bytes)")
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as e:
+        raise fail(f"cannot read it ({(e.strerror or str(e)).lower()})") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise fail(too_big)
+    if b"\0" in raw:
+        raise fail("is not a text file (it holds NUL bytes); a spec is YAML text")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise fail(f"is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> tuple[str, ...]:
+    """Set ``dotted`` (list indices as numbers) to ``value``; returns the path set, indices made non-negative."""
     parts = dotted.split(".")
+    resolved: list[str] = []
     target: Any = data
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         key: Any = int(part) if isinstance(target, list) and part.lstrip("-").isdigit() else part
         if isinstance(target, list):
             if not isinstance(key, int) or not -len(target) <= key < len(target):
-                raise KeyError(f"'{'.'.join(parts[: i + 1])}' is not an index into a list of {len(target)}")
+                raise KeyError(f"'{_short('.'.join(parts[: i + 1]))}' is not an index into a list of {len(target)}")
+            key %= len(target)
         elif not isinstance(target, dict):
-            raise KeyError(f"'{'.'.join(parts[:i])}' is not a mapping")
+            raise KeyError(f"'{_short('.'.join(parts[:i]))}' is not a mapping")
+        resolved.append(str(key))
         if last:
             target[key] = value
         else:
             if isinstance(target, dict) and (key not in target or target[key] is None):
                 target[key] = {}
             target = target[key]
+    return tuple(resolved)
 
 
-def apply_overrides(data: dict[str, Any], sets: list[str]) -> set[tuple[str, ...]]:
-    """Apply ``dotted.key=value`` items (values parsed as YAML) in place; returns the paths set."""
-    touched: set[tuple[str, ...]] = set()
+def _set_label(item: str) -> str:
+    return f"--set {_short(item, 100)}"
+
+
+def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[tuple[str, ...], str]:
+    """Apply ``dotted.key=value`` items (values read as YAML, like the file) in place; returns each path set and
+    the item that set it last."""
+    touched: dict[tuple[str, ...], str] = {}
     for item in sets:
         if "=" not in item or not item.split("=", 1)[0].strip():
-            raise SpecError([f"--set {item}: expected dotted.key=value"])
+            raise SpecError([f"{_set_label(item)}: expected dotted.key=value"])
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = _read_yaml(raw)[0] if raw.strip() else ""
         except yaml.YAMLError as e:
-            raise SpecError([f"--set {item}: value is not valid YAML ({e.__class__.__name__})"]) from None
+            raise SpecError([f"{_set_label(item)}: value is not valid YAML ({_yaml_problem(e, raw)[1]})"]) from None
         try:
-            _set_path(data, key.strip(), value)
+            path = _set_path(data, key.strip(), value)
         except KeyError as e:
-            raise SpecError([f"--set {item}: {e.args[0]}"]) from None
-        touched.add(tuple(key.strip().split(".")))
+            raise SpecError([f"{_set_label(item)}: {e.args[0]}"]) from None
+        touched.pop(path, None)
+        touched[path] = item
     return touched
+
+
+# problems about ids first, then other values, then unknown keys, then missing fields (often a misspelled key's echo)
+_RANK = {"extra_forbidden": 2, "missing": 3}
 
 
 def _describe(err: Mapping[str, Any]) -> str:
@@ -92,45 +325,83 @@ def _describe(err: Mapping[str, Any]) -> str:
     return msg
 
 
+def _ids(data: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...], str, str]]:
+    """(field path, registry kind, id) of each registered id a spec mapping names, in ``check_ids``'s order."""
+
+    def get(obj: Any, key: str) -> Any:
+        return obj.get(key) if isinstance(obj, dict) else None
+
+    if isinstance(env := get(data, "environment"), dict) and isinstance(env.get("id"), str):
+        yield ("environment", "id"), "environments", env["id"]
+    for i, tool in enumerate(tools if isinstance(tools := data.get("tools"), list) else []):
+        if isinstance(tool, str):
+            yield ("tools", i), "tools", tool
+    for i, reward in enumerate(rewards if isinstance(rewards := data.get("reward"), list) else []):
+        if isinstance(reward_id := get(reward, "id"), str):
+            yield ("reward", i, "id"), "rewards", reward_id
+    if isinstance(fmt := get(get(data, "model"), "tool_call_format"), str):
+        yield ("model", "tool_call_format"), "tool_parsers", fmt
+    for split in ("train", "eval", "dev"):
+        if isinstance(dataset_id := get(get(get(data, "data"), split), "id"), str):
+            yield ("data", split, "id"), "datasets", dataset_id
+
+
+def _where(loc: tuple[Any, ...], source: str, lines: dict[tuple[Any, ...], int],
+           overridden: Mapping[tuple[str, ...], str]) -> str:
+    """``--set KEY=VALUE`` when a ``--set`` gave the field (or a mapping above it), else ``file:line``."""
+    as_str = tuple(str(p) for p in loc)
+    for path, item in reversed(list(overridden.items())):
+        if as_str[: len(path)] == path:
+            return _set_label(item)
+    found = next((loc[:n] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
+    where = f"{source}:{lines[found]}" if found is not None else source
+    inside = [item for path, item in overridden.items() if as_str and path[: len(as_str)] == as_str]
+    return f"{where} (after {_set_label(inside[-1])})" if inside else where
+
+
 def parse_spec(data: Any, source: str = "<spec>", lines: dict[tuple[Any, ...], int] | None = None,
-               overridden: set[tuple[str, ...]] | None = None) -> Spec:
-    """Validate a spec mapping; raise SpecError with one line per problem."""
+               overridden: Mapping[tuple[str, ...], str] | None = None,
+               registries: Mapping[str, IdRegistry] | None = None) -> Spec:
+    """Validate a spec mapping; raise SpecError with one line per problem, the most specific first.
+
+    ``registries`` (kind → registered ids, e.g. ``get_plugins().registries``): also report every environment,
+    tool, reward, tool-call parser and dataset id none of them holds.
+    """
     if not isinstance(data, dict):
         raise SpecError([f"{source}: the spec must be a YAML mapping, got {type(data).__name__}"])
+    lines, overridden, registries = lines or {}, overridden or {}, registries or {}
+    problems: list[tuple[int, str]] = []
+    spec: Spec | None = None
+    for loc, kind, id in _ids(data):
+        registry = registries.get(kind)
+        if registry is not None and id not in registry:
+            problems.append((0, f"{_where(loc, source, lines, overridden)}: {field_path(loc)}: {registry.unknown(id)}"))
     try:
-        return Spec.model_validate(data)
+        spec = Spec.model_validate(data)
     except ValidationError as e:
-        problems = []
         for err in e.errors():
             loc = tuple(err["loc"])
-            where = source
-            found = next((loc[:n] for n in range(len(loc), 0, -1) if loc[:n] in (lines or {})), None)
-            if overridden and tuple(str(p) for p in loc) in overridden:
-                where = f"{source} (--set)"
-            elif found is not None and lines:
-                where = f"{source}:{lines[found]}"
-            problems.append(f"{where}: {field_path(loc)}: {_describe(err)}")
-        raise SpecError(problems) from None
+            problems.append((_RANK.get(err["type"], 1),
+                             f"{_where(loc, source, lines, overridden)}: {field_path(loc)}: {_describe(err)}"))
+    if problems or spec is None:
+        raise SpecError([line for _, line in sorted(problems, key=lambda p: p[0])])
+    return spec
 
 
-def load_spec(path: str | Path, sets: list[str] | None = None) -> Spec:
-    """Read a YAML spec file, apply ``--set`` overrides, validate."""
+def load_spec(path: str | Path, sets: list[str] | None = None,
+              registries: Mapping[str, IdRegistry] | None = None) -> Spec:
+    """Read a YAML spec file, apply ``--set`` overrides, validate (ids too, given ``registries``)."""
     path = Path(path)
-    if not path.is_file():
-        raise SpecError([f"{path}: no such spec file"])
-    text = path.read_text(encoding="utf-8")
+    text = _read_spec_file(path)
     try:
-        data = yaml.safe_load(text)
-        lines = _line_index(yaml.compose(text))
+        data, node = _read_yaml(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError([f"{where}: YAML syntax error: {problem}"]) from None
+        line, problem = _yaml_problem(e, text)
+        raise SpecError([f"{path}:{line}: {problem}" if line else f"{path}: {problem}"]) from None
     if data is None:
         data = {}
-    overridden = apply_overrides(data, sets or []) if isinstance(data, dict) else set()
-    return parse_spec(data, str(path), lines, overridden)
+    overridden = apply_overrides(data, sets or []) if isinstance(data, dict) else {}
+    return parse_spec(data, str(path), _line_index(node), overridden, registries)
 
 
 def spec_hash(spec: Spec) -> str:
@@ -140,5 +411,5 @@ def spec_hash(spec: Spec) -> str:
 
 
 def dump_spec(spec: Spec) -> str:
-    """The resolved spec as YAML."""
-    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
+    """The resolved spec as YAML (read back by ``load_spec`` to the same values)."""
+    return yaml.dump(spec.model_dump(mode="json"), Dumper=_Dumper, sort_keys=False)

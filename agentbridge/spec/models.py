@@ -48,7 +48,7 @@ class EnvironmentSpec(_Strict):
 
 class RewardSpec(_Strict):
     id: str
-    weight: float = 1.0
+    weight: float = Field(1.0, allow_inf_nan=False, description="A finite number (not .nan or .inf)")
     args: dict[str, Any] = Field(default_factory=dict)
 
 
