@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import functools
 import importlib.resources
 import importlib.util
+import inspect
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import sysconfig
@@ -27,6 +30,8 @@ BUILTIN_MODELS: dict[str, str] = {
     "builtin:tiny-vl": "2-layer 64-wide random-init Qwen2-VL (vision depth 1), 4096-token BPE with the vision "
                        "tokens, Qwen2.5-VL chat template, small-image Qwen2VLImageProcessor",
 }
+VLM_BUILTINS = ("builtin:tiny-vl",)
+_VL_NAME = re.compile(r"(?i)(^|[-_/.])(vl|vision|llava)(\d|[-_.]|$)")
 VISION_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
 # builtin:tiny-vl images are resized to 4..16 units of 28x28 pixels: 16..64 patches, 4..16 visual tokens each
 TINY_VL_MIN_PIXELS, TINY_VL_MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 16
@@ -313,8 +318,55 @@ def resolve_model_path(path: str) -> Path:
 
 
 def is_vlm(path: str | Path) -> bool:
-    """Whether a builtin name or local model directory holds a vision-language model (it has an image processor)."""
-    return (resolve_model_path(str(path)) / "preprocessor_config.json").is_file()
+    """Whether ``model.path`` is a vision-language model, read without building or loading it: a builtin by its
+    name; a local model directory when its ``config.json`` has a ``vision_config`` (the vision tower transformers
+    and the backends key on); any other path, a hub id, when its name says so (``...-VL-...``, ``vision``,
+    ``llava``). Every adapter decides with this."""
+    name = str(path)
+    if name.startswith("builtin:"):
+        return name in VLM_BUILTINS
+    config = Path(name).expanduser() / "config.json"
+    if config.is_file():
+        try:
+            return "vision_config" in json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+    return bool(_VL_NAME.search(name))
+
+
+@functools.cache
+def _without_video(base: Any) -> type:
+    """``base`` (a transformers processor class, same name) that accepts ``video_processor=None``."""
+
+    def check_argument_for_proper_class(self: Any, argument_name: str, argument: Any) -> Any:
+        if argument_name == "video_processor" and argument is None:
+            return type(None)
+        return base.check_argument_for_proper_class(self, argument_name, argument)
+
+    return type(base.__name__, (base,), {"check_argument_for_proper_class": check_argument_for_proper_class,
+                                         "__module__": __name__})
+
+
+def images_only_processor(model_type: str, tokenizer: Any, image_processor: Any) -> Any:
+    """The transformers processor of ``model_type`` from ``tokenizer`` and ``image_processor``, with no video
+    processor.
+
+    Agents send images only, and transformers 5 builds Qwen-VL processors with a video processor that needs
+    torchvision, whose PyPI wheel does not load beside the CPU build of torch. The class keeps its name (backends
+    dispatch on it); the chat template is the tokenizer's.
+    """
+    import transformers
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    name = PROCESSOR_MAPPING_NAMES.get(model_type)
+    base = getattr(transformers, name, None) if isinstance(name, str) else None
+    if base is None:
+        raise ValueError(f"no transformers processor is known for model type '{model_type}'")
+    kwargs: dict[str, Any] = {"image_processor": image_processor, "tokenizer": tokenizer,
+                              "chat_template": tokenizer.chat_template}
+    if "video_processor" in inspect.signature(base.__init__).parameters:
+        kwargs["video_processor"] = None
+    return _without_video(base)(**kwargs)
 
 
 def load_image_processor(path: str | Path) -> Any:

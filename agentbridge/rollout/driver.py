@@ -10,6 +10,7 @@ from typing import Any
 
 from agentbridge.env import Environment, Message, Task, images_of, task_images
 from agentbridge.rewards import PROCESS, RewardSet
+from agentbridge.rollout.agent_edge import prompt_messages
 from agentbridge.rollout.parsers import HermesParser, ParsedAction, ToolCallParser
 from agentbridge.rollout.policy import Policy
 from agentbridge.rollout.renderer import Renderer
@@ -49,8 +50,7 @@ async def run_episode(policy: Policy, env: Environment, task: Task, renderer: Re
             task.images = task_images(task)
         initial = await env.reset(task)
         metrics["time/env_s"] += time.perf_counter() - t0
-        messages: list[Message] = ([{"role": "system", "content": system_prompt}] if system_prompt else [])
-        messages += initial
+        messages = prompt_messages(system_prompt) + initial
         traj.messages = messages
         traj.prompt_ids = renderer.render_prompt(messages)
         traj.images = [im for m in messages for im in images_of(m)]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentbridge.rollout.agent_edge import prompt_messages
 from agentbridge.rollout.trajectory import Trajectory
 
 # the per-episode metrics every backend logs, the same keys on every sample (0 where an episode has none: an
@@ -40,9 +41,7 @@ class TrainingSequence:
 def task_prompt_ids(renderer: Any, task: Any, system_prompt: str | None = None) -> list[int]:
     """The prompt of ``task`` as the driver would render it before the environment speaks (text only): the
     fallback prompt of an episode that failed before rendering its own."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": str(task.prompt)})
-    return list(renderer.render_prompt(messages))
+    return list(renderer.render_prompt(prompt_messages(system_prompt, str(task.prompt))))
 
 
 def training_sequence(traj: Trajectory, eos_token_id: int,
@@ -54,3 +53,10 @@ def training_sequence(traj: Trajectory, eos_token_id: int,
         return TrainingSequence(prompt, [int(eos_token_id)], [0], [0.0])
     return TrainingSequence(prompt, list(traj.response_ids), list(traj.response_mask),
                             [float(x) for x in traj.logprobs])
+
+
+def episode_sample(traj: Trajectory, task: Any, renderer: Any, system_prompt: str | None = None) -> TrainingSequence:
+    """What a backend trains on for ``traj``, the episode of ``task``: :func:`training_sequence` with the fallback
+    prompt (:func:`task_prompt_ids`) rendered only for an episode that rendered none. Every adapter calls this."""
+    fallback = task_prompt_ids(renderer, task, system_prompt) if not traj.prompt_ids and task is not None else ()
+    return training_sequence(traj, renderer.eos_token_id, fallback)

@@ -11,22 +11,18 @@ import json
 import os
 from collections import deque
 from copy import deepcopy
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase
 
 from agentbridge.env import Task
-from agentbridge.rewards import PROCESS
 from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.agent_edge import component_values, fit_limits, reward_components
 from agentbridge.rollout.renderer import Renderer
-from agentbridge.rollout.training import task_prompt_ids, training_sequence
+from agentbridge.rollout.training import TrainingSequence, episode_metrics, episode_sample
 from agentbridge.rollout.trajectory import FINISH_REASONS, Generation, SamplingParams, Trajectory
 from agentbridge.spec import Spec, load_spec
-
-LOGGED = ("episode/turns", "episode/response_tokens", "episode/generated_tokens", "tools/calls", "tools/failures",
-          "tools/parse_errors")
 
 
 class EnginePolicy:
@@ -70,24 +66,24 @@ def action_ranges(prompt_len: int, mask: list[int]) -> list[tuple[int, int]]:
 
 
 def extra_logs(traj: Trajectory, components: list[str]) -> dict[str, float]:
-    """The same keys for every episode (OpenRLHF concatenates them across samples): driver metrics,
+    """The same keys for every episode (OpenRLHF concatenates them across samples): the core's episode metrics,
     reward components and finish reasons, in agentbridge's normalized names."""
-    logs = {key: float(traj.metrics.get(key, 0.0)) for key in LOGGED}
-    logs.update({f"reward/{c}": float(traj.reward_components.get(c, 0.0)) for c in components})
+    logs = episode_metrics(traj)
+    logs.update({f"reward/{c}": value for c, value in component_values(traj, components).items()})
     logs.update({f"finish/{r}": float(traj.finish_reason == r) for r in FINISH_REASONS})
     return logs
 
 
-def to_openrlhf(traj: Trajectory, *, prompt: Any, label: Any, images: Any, with_logprobs: bool,
-                components: list[str], eos_token_id: int, mm_train_inputs: dict[str, Any] | None = None,
-                fallback_prompt_ids: list[int] | None = None) -> dict[str, Any]:
-    """A driver ``Trajectory`` as the dict OpenRLHF's samples generator turns into an ``Experience``.
+def to_openrlhf(traj: Trajectory, seq: TrainingSequence, *, prompt: Any, label: Any, images: Any,
+                with_logprobs: bool, components: list[str],
+                mm_train_inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A driver ``Trajectory`` and its sample ``seq`` as the dict OpenRLHF's samples generator turns into an
+    ``Experience``.
 
     An episode that failed before its first token still yields a valid sample, the core's fallback
-    (:func:`agentbridge.rollout.training.training_sequence`): the prompt and one EOS with loss mask 0 (no action
+    (:func:`agentbridge.rollout.training.episode_sample`): the prompt and one EOS with loss mask 0 (no action
     range), reward as scored (0 for errors), so one broken environment never fails a batch.
     """
-    seq = training_sequence(traj, eos_token_id, fallback_prompt_ids or ())
     prompt_ids, response, mask, logprobs = seq.prompt_ids, seq.response_ids, seq.response_mask, seq.logprobs
     return {
         "prompt": prompt,
@@ -145,27 +141,16 @@ class AgentbridgeExecutor(AgentExecutorBase):
 
             task.data.setdefault("images", images)  # the references, as the compiled task had them
             task.images = load_images(images)
-        _fit(agent, max_length)
+        # OpenRLHF cuts every sequence at --data.max_len: the driver's budgets stay inside it (validate flags a
+        # smaller max_len; this keeps a run that ignores that faithful)
+        agent.limits = fit_limits(agent.limits, max_total=max_length)
         traj = (await agent.run([task], EnginePolicy(llm_engine, sampling_params), concurrency=1))[0]
         self.recent.append(traj)
         mm = None
         if traj.images and getattr(hf_tokenizer, "image_processor", None) is not None:
             mm = dict(hf_tokenizer.image_processor(images=traj.images, return_tensors="pt"))
-        fallback = None
-        if not traj.prompt_ids:  # the task's prompt as the driver renders it (text only), as on every backend
-            fallback = task_prompt_ids(agent.renderer, task, self.spec.agent.system_prompt)
-        components = [r.id for r in self.spec.reward] + [PROCESS]
-        return to_openrlhf(traj, prompt=prompt, label=label, images=images,
+        seq = episode_sample(traj, task, agent.renderer, self.spec.agent.system_prompt)
+        return to_openrlhf(traj, seq, prompt=prompt, label=label, images=images,
                            with_logprobs=getattr(sampling_params, "logprobs", None) is not None,
-                           components=components, eos_token_id=agent.renderer.eos_token_id, mm_train_inputs=mm,
-                           fallback_prompt_ids=fallback)
+                           components=reward_components(self.spec), mm_train_inputs=mm)
 
-
-def _fit(agent: Agent, max_length: int) -> None:
-    """OpenRLHF cuts every sequence at ``--data.max_len``: keep the driver's budgets inside it (validate flags a
-    smaller max_len; this keeps a run that ignores that faithful)."""
-    limits = agent.limits
-    room = max_length - limits.max_prompt_tokens
-    if 0 < room < limits.max_response_tokens:
-        agent.limits = replace(limits, max_response_tokens=room,
-                               max_tokens_per_turn=min(limits.max_tokens_per_turn, room))

@@ -17,9 +17,10 @@ from typing import Any
 
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.agent_edge import component_values
 from agentbridge.rollout.batching import BatchingPolicy, cut_at_eos
 from agentbridge.rollout.hf_policy import HFPolicy
-from agentbridge.rollout.training import task_prompt_ids, training_sequence
+from agentbridge.rollout.training import TrainingSequence, episode_sample
 from agentbridge.rollout.trajectory import Generation, SamplingParams, Trajectory
 from agentbridge_trl.config import reward_key
 
@@ -89,25 +90,24 @@ class AgentRollout:
         self.last = trajs
         if self.on_batch is not None:
             self.on_batch(trajs)
-        spec = self.agent.spec
-        fallback = [task_prompt_ids(self.agent.renderer, t, spec.agent.system_prompt) if not tr.prompt_ids else []
-                    for t, tr in zip(tasks, trajs, strict=True)]
-        return to_rollout_output(trajs, self.components, self.agent.renderer.eos_token_id, fallback)
+        renderer, system_prompt = self.agent.renderer, self.agent.spec.agent.system_prompt
+        samples = [episode_sample(tr, t, renderer, system_prompt) for t, tr in zip(tasks, trajs, strict=True)]
+        return to_rollout_output(trajs, samples, self.components)
 
 
-def to_rollout_output(trajs: list[Trajectory], components: list[str], eos_id: int,
-                      fallback_prompts: list[list[int]] | None = None) -> dict[str, Any]:
-    """TRL's rollout dict from driver trajectories (an empty episode becomes the core's fallback sample,
-    :func:`agentbridge.rollout.training.training_sequence`: one EOS with mask 0)."""
+def to_rollout_output(trajs: list[Trajectory], samples: list[TrainingSequence],
+                      components: list[str]) -> dict[str, Any]:
+    """TRL's rollout dict from driver trajectories and their samples (an empty episode is the core's fallback
+    sample, :func:`agentbridge.rollout.training.episode_sample`: one EOS with mask 0)."""
     out: dict[str, Any] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": []}
-    for i, t in enumerate(trajs):
-        seq = training_sequence(t, eos_id, (fallback_prompts or [])[i] if fallback_prompts else ())
+    for seq in samples:
         out["prompt_ids"].append(seq.prompt_ids)
         out["completion_ids"].append(seq.response_ids)
         out["env_mask"].append(seq.response_mask)
         out["logprobs"].append(seq.logprobs)
+    values = [component_values(t, components) for t in trajs]
     for name in components:
-        out[reward_key(name)] = [t.reward_components.get(name, 0.0) for t in trajs]
+        out[reward_key(name)] = [v[name] for v in values]
     if any(t.images for t in trajs):
         out[IMAGES_KEY] = [list(t.images) if t.prompt_ids else [] for t in trajs]  # ids and images agree
     return out

@@ -12,10 +12,10 @@ images, marks the visual ids (``mm_token_type_ids``) from the ids themselves, an
 
 from __future__ import annotations
 
-import inspect
 from functools import cache
 from typing import Any
 
+from agentbridge.models import images_only_processor, is_vlm
 from agentbridge_trl.rollout import IMAGES_KEY
 
 # TRL takes its rollout-time image path when ``self.tools`` is truthy; set only between the rollout and the end of
@@ -24,44 +24,15 @@ _DRIVER_IMAGES = ["agentbridge driver images"]
 
 
 def is_vlm_model(model: Any) -> bool:
-    """Whether ``model`` is a vision-language model (its config has a vision tower)."""
-    config = getattr(model, "config", None)
-    return getattr(config, "vision_config", None) is not None
-
-
-@cache
-def _images_only(base: type) -> type:
-    """``base`` (a transformers processor class) that accepts a missing video processor.
-
-    Without torchvision no Qwen-VL video processor can be built, and ProcessorMixin's class check rejects
-    ``video_processor=None``; agents here send images only, so a missing sub-processor is allowed.
-    """
-
-    def check_argument_for_proper_class(self: Any, argument_name: str, argument: Any) -> Any:
-        if argument is None:
-            return None
-        return base.check_argument_for_proper_class(self, argument_name, argument)
-
-    return type(f"ImagesOnly{base.__name__}", (base,), {"check_argument_for_proper_class":
-                                                        check_argument_for_proper_class,
-                                                        "__module__": __name__})
+    """Whether ``model`` is a vision-language model: the core's rule (:func:`agentbridge.models.is_vlm`) on the
+    directory it was loaded from."""
+    path = getattr(model, "name_or_path", "")
+    return bool(path) and is_vlm(path)
 
 
 def make_processor(model: Any, tokenizer: Any, image_processor: Any) -> Any:
-    """The model's transformers processor built from agentbridge's tokenizer and image processor."""
-    import transformers
-    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
-
-    model_type = model.config.model_type
-    name = PROCESSOR_MAPPING_NAMES.get(model_type)
-    base = getattr(transformers, name, None) if isinstance(name, str) else None
-    if base is None:
-        raise ValueError(f"no transformers processor is known for model type '{model_type}'")
-    kwargs: dict[str, Any] = {"image_processor": image_processor, "tokenizer": tokenizer,
-                              "chat_template": tokenizer.chat_template}
-    if "video_processor" in inspect.signature(base.__init__).parameters:
-        kwargs["video_processor"] = None
-    return _images_only(base)(**kwargs)
+    """The model's transformers processor built from agentbridge's tokenizer and image processor (no video)."""
+    return images_only_processor(model.config.model_type, tokenizer, image_processor)
 
 
 def _trainer_class() -> type:

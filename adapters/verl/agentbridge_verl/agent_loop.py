@@ -7,7 +7,6 @@ sample; the resolved ``Agent`` (plugins, environment factory, renderer) is built
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.training import episode_metrics, task_prompt_ids, training_sequence
+from agentbridge.rollout.agent_edge import fit_limits
+from agentbridge.rollout.training import episode_metrics, episode_sample
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import load_spec
 from agentbridge_verl.data import task_from_row
@@ -38,10 +38,7 @@ def agent_for(spec_path: str, tokenizer: Any, prompt_length: int, response_lengt
     agent = _AGENTS.get(key)
     if agent is None:
         agent = Agent(load_spec(spec_path), tokenizer)
-        limits = agent.limits
-        agent.limits = replace(limits, max_prompt_tokens=min(limits.max_prompt_tokens, prompt_length),
-                               max_response_tokens=min(limits.max_response_tokens, response_length),
-                               max_tokens_per_turn=min(limits.max_tokens_per_turn, response_length))
+        agent.limits = fit_limits(agent.limits, max_prompt=prompt_length, max_response=response_length)
         _AGENTS[key] = agent
     return agent
 
@@ -57,12 +54,11 @@ def to_output(traj: Trajectory, agent: Agent, prompt_length: int, response_lengt
     """The trajectory as an ``AgentLoopOutput`` that already fits veRL's padded shapes (veRL does not truncate).
 
     An episode with no response token (its server failed on the first turn) becomes the core's fallback sample
-    (:func:`agentbridge.rollout.training.training_sequence`: one EOS token with mask 0, after the ``task``'s prompt
+    (:func:`agentbridge.rollout.training.episode_sample`: one EOS token with mask 0, after the ``task``'s prompt
     when it rendered none): veRL's V1 worker puts the reward on the last response token and fails the whole prompt
     group without one.
     """
-    fallback = task_prompt_ids(agent.renderer, task, agent.spec.agent.system_prompt) if task is not None else []
-    seq = training_sequence(traj, agent.renderer.eos_token_id, fallback if not traj.prompt_ids else ())
+    seq = episode_sample(traj, task, agent.renderer, agent.spec.agent.system_prompt)
     prompt_ids = seq.prompt_ids[-prompt_length:]
     response_ids = seq.response_ids[:response_length]
     mask, token_logprobs = seq.response_mask[:response_length], seq.logprobs[:response_length]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge.env import Task
+from agentbridge.rollout.agent_edge import prompt_messages
 from agentbridge.spec.models import Spec
 from agentbridge_verl.config import AGENT_NAME
 
@@ -20,13 +21,11 @@ TASK_KEY = "agentbridge_task"
 
 def task_row(task: Task, index: int, split: str, spec: Spec) -> dict[str, Any]:
     """One parquet row for ``task``."""
-    messages = ([{"role": "system", "content": spec.agent.system_prompt}] if spec.agent.system_prompt else [])
-    messages.append({"role": "user", "content": task.prompt})
     answer = task.data.get("answer", "")
     truth = answer if isinstance(answer, str) else json.dumps(answer)
     return {
         "data_source": f"agentbridge/{spec.environment.id}",
-        "prompt": messages,
+        "prompt": prompt_messages(spec.agent.system_prompt, task.prompt),
         "ability": "agent",
         "reward_model": {"style": "agentbridge", "ground_truth": truth},
         "extra_info": {"index": index, "split": split, TASK_KEY: json.dumps(task.to_dict())},

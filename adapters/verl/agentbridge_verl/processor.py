@@ -31,30 +31,15 @@ def processor_class(model: str) -> str | None:
 
 
 def image_only_processor(model: str) -> Any:
-    """The model's processor as ``AutoProcessor`` loads it, but with no video processor (needs no torchvision).
+    """The model's processor as ``AutoProcessor`` loads it, but with no video processor (needs no torchvision):
+    the core's :func:`agentbridge.models.images_only_processor` with the model directory's tokenizer and the PIL
+    image processor transformers falls back to without torchvision."""
+    from transformers import AutoConfig, AutoTokenizer
 
-    The class keeps its name (veRL dispatches on it), tokenizer and chat template come from the model directory,
-    the image processor is the PIL implementation transformers falls back to without torchvision.
-    """
-    import transformers
-    from transformers import AutoTokenizer
+    from agentbridge.models import images_only_processor, load_image_processor
 
-    from agentbridge.models import load_image_processor
-
-    name = processor_class(model)
-    base = getattr(transformers, name or "", None)
-    if base is None:
-        raise ValueError(f"{model}: transformers has no processor for this model type")
-
-    def check(self: Any, argument_name: str, argument: Any) -> Any:
-        if argument_name == "video_processor" and argument is None:
-            return type(None)
-        return base.check_argument_for_proper_class(self, argument_name, argument)
-
-    cls = type(base.__name__, (base,), {"check_argument_for_proper_class": check, "__module__": __name__})
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    return cls(image_processor=load_image_processor(model), tokenizer=tokenizer, video_processor=None,
-               chat_template=tokenizer.chat_template)
+    return images_only_processor(AutoConfig.from_pretrained(model).model_type, AutoTokenizer.from_pretrained(model),
+                                 load_image_processor(model))
 
 
 def verl_processor(model: str) -> tuple[Any, str | None]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentbridge.rewards import PROCESS
+from agentbridge.rollout.agent_edge import component_values, reward_components
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec.models import Spec
 
@@ -27,19 +27,13 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
 
 
 def reward_keys(spec: Spec) -> list[str]:
-    """The ``reward_extra_info`` keys of every sample of a job: ``score``, each reward id, ``process``.
+    """The ``reward_extra_info`` keys of every sample of a job: ``score``, then the core's reward components.
 
     veRL indexes a whole batch by the first sample's keys, so they must not depend on the episode.
     """
-    return ["score", *(r.id for r in spec.reward), PROCESS]
+    return ["score", *reward_components(spec)]
 
 
 def reward_extra_info(traj: Trajectory, spec: Spec) -> dict[str, float]:
     """The driver's reward: weighted total as ``score``, each component unweighted (dict rewards summed)."""
-    info = dict.fromkeys(reward_keys(spec), 0.0)
-    info["score"] = float(traj.reward)
-    for name, value in traj.reward_components.items():
-        base = name if name in info else name.rsplit("/", 1)[0]
-        if base in info and base != "score":
-            info[base] += float(value)
-    return info
+    return {"score": float(traj.reward), **component_values(traj, reward_components(spec))}
