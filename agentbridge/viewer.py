@@ -1,0 +1,307 @@
+"""The trajectory viewer: one self-contained ``view.html`` for a run directory, its episodes turn by turn.
+
+A run directory holds ``episodes.jsonl`` (a training run: one row per episode with its ``step``; token lists only
+for the first few episodes of each step) or ``trajectories.jsonl`` (``agentbridge rollout -o``: every episode with
+its tokens). The page lists the episodes with filters (finish reason, reward range) and shows, per episode, the
+reward and its components, the decoded prompt, each turn's generated text, tool calls and tool results, and the
+response tokens coloured by their loss mask, each with its log-prob in its title. Plain HTML, CSS and a little
+inline JavaScript; nothing is loaded from elsewhere.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentbridge.training.logger import EPISODES_WITH_TOKENS_PER_STEP
+
+EPISODE_FILES = ("episodes.jsonl", "trajectories.jsonl")  # a training run's, a rollout's
+TRAINED_COLOR = "#cfe3ff"  # loss mask 1: tokens the policy generated and is trained on
+ENV_COLOR = "#e4e4e4"      # loss mask 0: tokens the environment or the chat template wrote
+
+Decoder = Callable[[list[int]], str]
+
+
+def episodes_file(run_dir: Path) -> Path:
+    """The episodes file of ``run_dir``; FileNotFoundError (one line) when it has none."""
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: not a directory")
+    for name in EPISODE_FILES:
+        if (run_dir / name).is_file():
+            return run_dir / name
+    raise FileNotFoundError(f"{run_dir}: no {' or '.join(EPISODE_FILES)} (not a run directory, or no step has "
+                            "finished yet)")
+
+
+def read_episodes(path: Path, problems: list[str]) -> list[dict[str, Any]]:
+    """The episodes in ``path``; a line that is not a JSON object adds a problem line and is skipped."""
+    episodes = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            problems.append(f"{path}:{n}: not valid JSON (a partial write?); skipped")
+            continue
+        if not isinstance(row, dict):
+            problems.append(f"{path}:{n}: not a JSON object; skipped")
+            continue
+        episodes.append(row)
+    return episodes
+
+
+def run_model_path(run_dir: Path) -> str | None:
+    """The ``model.path`` a run's tokens came from: ``spec.yaml`` in the run directory or in the job directory
+    its manifest names, else the manifest's ``model``; None when the run does not say."""
+    manifest: dict[str, Any] = {}
+    if (run_dir / "manifest.json").is_file():
+        try:
+            loaded = json.loads((run_dir / "manifest.json").read_text())
+            manifest = loaded if isinstance(loaded, dict) else {}
+        except json.JSONDecodeError:
+            pass
+    candidates = [run_dir / "spec.yaml"]
+    if isinstance(manifest.get("job"), str):
+        candidates.append(Path(manifest["job"]) / "spec.yaml")
+    for spec_path in candidates:
+        if spec_path.is_file():
+            import yaml
+
+            try:
+                spec = yaml.safe_load(spec_path.read_text())
+            except yaml.YAMLError:
+                continue
+            model = spec.get("model") if isinstance(spec, dict) else None
+            if isinstance(model, dict) and isinstance(model.get("path"), str):
+                return str(model["path"])
+    model = manifest.get("model")
+    return model if isinstance(model, str) else None
+
+
+def load_decoder(model_path: str) -> Decoder:
+    """Decode token ids with the tokenizer of ``model_path`` (a builtin name or a local model directory),
+    special tokens included."""
+    from agentbridge.models import load_tokenizer
+
+    tokenizer = load_tokenizer(model_path)
+    return lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False))
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _number(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, int | float) and not isinstance(value, bool) else _e(value)
+
+
+def _has_tokens(episode: dict[str, Any]) -> bool:
+    return isinstance(episode.get("response_ids"), list) and isinstance(episode.get("prompt_ids"), list)
+
+
+def _content_text(content: Any) -> str:
+    """A message's content as text; image blocks become ``[image]``."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") if b.get("type") == "text" else f"[{b.get('type', '?')}]"
+                       for b in content if isinstance(b, dict))
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _tool_call(call: Any) -> str:
+    function = call.get("function", {}) if isinstance(call, dict) else {}
+    if not isinstance(function, dict):
+        return json.dumps(call, ensure_ascii=False)
+    return f"{function.get('name', '?')}({json.dumps(function.get('arguments', {}), ensure_ascii=False)})"
+
+
+def _turn(index: int, turn: dict[str, Any]) -> str:
+    parts = [f'<li class="turn"><h4>Turn {index} <span class="dim">{_e(turn.get("generated_tokens", "?"))} '
+             f'generated tokens · reward {_number(turn.get("reward", 0.0))}</span></h4>',
+             f'<div class="label">generated</div><pre class="generated">{_e(turn.get("text", ""))}</pre>']
+    for call in turn.get("tool_calls") or []:
+        parts.append(f'<div class="label">tool call</div><pre class="tool-call">{_e(_tool_call(call))}</pre>')
+    for message in turn.get("observations") or []:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role", "?")
+        label = f"tool result ({message.get('name', '?')})" if role == "tool" else f"{role} message"
+        parts.append(f'<div class="label">{_e(label)}</div>'
+                     f'<pre class="tool-result">{_e(_content_text(message.get("content")))}</pre>')
+    return "".join(parts) + "</li>"
+
+
+def _token_text(piece: str) -> str:
+    return piece.replace("\n", "↵\n")  # a newline token stays visible (and coloured)
+
+
+def _tokens(episode: dict[str, Any], decode: Decoder | None) -> str:
+    ids, mask = episode["response_ids"], episode.get("response_mask") or []
+    logprobs = episode.get("logprobs") or []
+    if len(mask) != len(ids):
+        return f'<p class="note">the loss mask has {len(mask)} entries for {len(ids)} tokens; not shown</p>'
+    spans, pieces = [], {}  # a token's text, decoded once per id
+    for i, (token, m) in enumerate(zip(ids, mask, strict=True)):
+        if token not in pieces:
+            pieces[token] = decode([token]) if decode else f"[{token}]"
+        piece = pieces[token]
+        if m:
+            lp = f"log-prob {logprobs[i]:.4f}" if i < len(logprobs) else "log-prob not recorded"
+            title = f"{lp} · trained on · token {token}"
+        else:
+            title = f"environment-written, not trained · token {token}"
+        spans.append(f'<span class="tok m{1 if m else 0}" title="{_e(title)}">{_e(_token_text(piece))}</span>')
+    return f'<div class="tokens">{"".join(spans)}</div>'
+
+
+def _episode(index: int, episode: dict[str, Any], decode: Decoder | None) -> str:
+    reward = episode.get("reward", 0.0)
+    finish = str(episode.get("finish_reason", "?"))
+    turns = episode.get("turns") or []
+    step = f"step {_e(episode['step'])} · " if "step" in episode else ""
+    error = episode.get("error")
+    summary = (f'<span class="idx">#{index}</span> {step}<b class="task">{_e(episode.get("task_id", "?"))}</b> · '
+               f'reward <span class="reward">{_number(reward)}</span> · '
+               f'<span class="finish">{_e(finish)}</span> · {len(turns)} turn{"s" if len(turns) != 1 else ""}'
+               + (' · <span class="err">error</span>' if error else ""))
+    body = []
+    components = episode.get("reward_components") or {}
+    if components:
+        rows = "".join(f"<tr><td>{_e(k)}</td><td>{_number(v)}</td></tr>" for k, v in components.items())
+        body.append(f'<table class="components"><tr><th>reward component</th><th>value</th></tr>{rows}</table>')
+    if error:
+        body.append(f'<pre class="error">error: {_e(error)}</pre>')
+    if episode.get("images"):
+        body.append(f'<p class="dim">{_e(episode["images"])} image(s) in this episode (not shown)</p>')
+    if _has_tokens(episode):
+        prompt = decode(episode["prompt_ids"]) if decode else " ".join(map(str, episode["prompt_ids"]))
+        body.append(f'<h4>Prompt <span class="dim">{len(episode["prompt_ids"])} tokens</span></h4>'
+                    f'<pre class="prompt">{_e(prompt)}</pre>')
+    else:
+        body.append('<p class="note no-tokens">token lists were not kept for this episode (a training run keeps '
+                    f'them for the first {EPISODES_WITH_TOKENS_PER_STEP} episodes of each step): the prompt and '
+                    'the loss mask are not shown, only the turns\' text</p>')
+    body.append('<ol class="turns">' + "".join(_turn(i, t) for i, t in enumerate(turns, 1) if isinstance(t, dict))
+                + "</ol>")
+    if _has_tokens(episode):
+        body.append(f'<h4>Response tokens <span class="dim">{len(episode["response_ids"])} tokens, '
+                    f'{sum(1 for m in episode.get("response_mask") or [] if m)} trained on</span></h4>')
+        body.append(_tokens(episode, decode))
+    reward_attr = reward if isinstance(reward, int | float) and not isinstance(reward, bool) else "nan"
+    return (f'<section class="episode" data-finish="{_e(finish)}" data-reward="{_e(reward_attr)}">'
+            f'<details><summary>{summary}</summary><div class="body">{"".join(body)}</div></details></section>')
+
+
+STYLE = f"""
+body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}
+pre {{ white-space: pre-wrap; word-break: break-word; background: #f7f7f7; padding: .5em; margin: .2em 0 .6em; }}
+.controls {{ position: sticky; top: 0; background: #fff; padding: .5em 0; border-bottom: 1px solid #ccc; }}
+.controls label {{ margin-right: 1em; }}
+.controls input {{ width: 6em; }}
+.legend {{ margin: .5em 0; }}
+.episode {{ border-bottom: 1px solid #eee; padding: .2em 0; }}
+.episode summary {{ cursor: pointer; }}
+.body {{ margin: .5em 0 1em 1.5em; }}
+.dim {{ color: #777; font-weight: normal; font-size: .9em; }}
+.label {{ font-size: .85em; color: #555; }}
+.tool-call {{ background: #fff4dc; }}
+.tool-result {{ background: #e9f6e9; }}
+.error, .err {{ color: #b00020; }}
+.note {{ color: #8a5a00; }}
+.components td, .components th {{ padding: .1em .8em .1em 0; text-align: left; }}
+.turns {{ padding-left: 1.2em; }}
+.tokens {{ font-family: ui-monospace, monospace; font-size: .85em; white-space: pre-wrap; word-break: break-all;
+          line-height: 1.6; }}
+.tok {{ border-right: 1px solid #fff; }}
+.tok.m1 {{ background-color: {TRAINED_COLOR}; }}
+.tok.m0 {{ background-color: {ENV_COLOR}; color: #555; }}
+"""
+
+SCRIPT = """
+function applyFilters() {
+  const finish = document.getElementById('finish').value;
+  const lo = parseFloat(document.getElementById('min-reward').value);
+  const hi = parseFloat(document.getElementById('max-reward').value);
+  let shown = 0;
+  for (const e of document.querySelectorAll('.episode')) {
+    const r = parseFloat(e.dataset.reward);
+    const ok = (finish === '' || e.dataset.finish === finish) && (isNaN(lo) || r >= lo) && (isNaN(hi) || r <= hi);
+    e.hidden = !ok;
+    if (ok) shown++;
+  }
+  document.getElementById('shown').textContent = shown;
+}
+for (const id of ['finish', 'min-reward', 'max-reward']) {
+  document.getElementById(id).addEventListener('input', applyFilters);
+  document.getElementById(id).addEventListener('change', applyFilters);
+}
+applyFilters();
+"""
+
+
+def render_view(episodes: list[dict[str, Any]], *, title: str, decode: Decoder | None,
+                notes: list[str] | None = None) -> str:
+    """The page for ``episodes``; ``decode`` turns token ids into text (None: ids are shown)."""
+    finishes = Counter(str(e.get("finish_reason", "?")) for e in episodes)
+    options = "".join(f'<option value="{_e(f)}">{_e(f)} ({n})</option>' for f, n in sorted(finishes.items()))
+    without = sum(1 for e in episodes if not _has_tokens(e))
+    lines = [*(notes or [])]
+    if without:
+        lines.append(f"{without} of {len(episodes)} episodes have no token lists: their text is shown, not their "
+                     "tokens")
+    note_html = "".join(f'<p class="note">{_e(line)}</p>' for line in lines)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title><style>{STYLE}</style></head>
+<body>
+<h1>{_e(title)}</h1>
+{note_html}
+<div class="controls">
+<label>finish reason <select id="finish"><option value="">all</option>{options}</select></label>
+<label>reward from <input id="min-reward" type="number" step="any"></label>
+<label>to <input id="max-reward" type="number" step="any"></label>
+<span id="count"><span id="shown">{len(episodes)}</span> of {len(episodes)} episodes shown</span>
+<div class="legend">tokens: <span class="tok m1 legend-trained">trained on (generated by the policy, loss mask 1)</span>
+<span class="tok m0 legend-env">written by the environment or the chat template (loss mask 0)</span>
+<span class="dim">hover a token for its log-prob</span></div>
+</div>
+<div id="episodes">
+{"".join(_episode(i, e, decode) for i, e in enumerate(episodes, 1))}
+</div>
+<script>{SCRIPT}</script>
+</body></html>
+"""
+
+
+def write_view(run_dir: Path, out: Path | None = None, *, model: str | None = None) -> tuple[Path, int, list[str]]:
+    """Write the viewer page of ``run_dir`` to ``out`` (default ``RUN_DIR/view.html``).
+
+    Tokens are decoded with ``model`` (a builtin name or local model directory), else with the run's own
+    ``model.path``; without either, token ids are shown. Returns the page's path, the number of episodes and
+    notes (skipped lines, a tokenizer that could not be loaded)."""
+    path = episodes_file(run_dir)
+    notes: list[str] = []
+    episodes = read_episodes(path, notes)
+    model = model or run_model_path(run_dir)
+    decode: Decoder | None = None
+    if model is None:
+        notes.append(f"{run_dir}: the run does not say which model made it: token ids are shown (pass --model to "
+                     "decode them)")
+    elif any(_has_tokens(e) for e in episodes):
+        try:
+            decode = load_decoder(model)
+        except Exception as e:  # noqa: BLE001 - the page still shows the text and the token ids
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            notes.append(f"cannot load the tokenizer of {model} ({first}): token ids are shown")
+    out = out or run_dir / "view.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    title = f"Episodes of {run_dir.resolve().name} ({path.name})"
+    out.write_text(render_view(episodes, title=title, decode=decode, notes=notes), encoding="utf-8")
+    return out, len(episodes), notes
