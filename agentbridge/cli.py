@@ -124,7 +124,7 @@ def _make_policy(kind: str, agent: Any) -> Any:
     from agentbridge.rollout.policy import ScriptedPolicy
 
     if kind == "scripted":
-        return lambda env: ScriptedPolicy.for_env(env, agent.tokenizer)
+        return ScriptedPolicy.expert_factory(agent)  # refuses an environment without an expert, before any episode
     from agentbridge.models import is_vlm
     from agentbridge.rollout.hf_policy import HFPolicy
     from agentbridge.rollout.hf_vlm_policy import HFVLMPolicy
@@ -142,10 +142,12 @@ def _make_policy(kind: str, agent: Any) -> Any:
 @click.option("--split", type=click.Choice(["train", "eval"]), default="eval", show_default=True)
 @click.option("--concurrency", type=click.IntRange(min=1), default=32, show_default=True,
               help="Episodes in flight at once.")
+@click.option("--max-tool-failure-rate", type=click.FloatRange(0, 1), default=None, metavar="RATE",
+              help="Exit 1 when more than this share of tool calls failed (above 0.2 a warning is printed anyway).")
 @set_option
 @user_errors
 def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, split: str, concurrency: int,
-            sets: tuple[str, ...]) -> None:
+            max_tool_failure_rate: float | None, sets: tuple[str, ...]) -> None:
     """Run episodes without training; write trajectories as JSONL and print a summary."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -154,6 +156,7 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
     from agentbridge.rollout.agent import Agent
     from agentbridge.runs import episode_metrics, manifest, text_hash, write_jsonl
     from agentbridge.spec import spec_hash
+    from agentbridge.tools import DEFAULT_MAX_FAILURE_RATE, tool_failure_rate
 
     console = Console(stderr=True)
     spec = _spec(spec_path, sets)
@@ -176,6 +179,9 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
 
         trajs = asyncio.run(agent.run(tasks, policy, concurrency=concurrency, on_done=done))
     summary = episode_metrics(trajs)
+    limit = None if max_tool_failure_rate is None else f"--max-tool-failure-rate {max_tool_failure_rate:g}"
+    summary["tools/failure_rate"], too_many = tool_failure_rate(
+        trajs, DEFAULT_MAX_FAILURE_RATE if max_tool_failure_rate is None else max_tool_failure_rate, limit)
     _print_summary(summary, len(trajs))
     if out:
         out_dir = Path(out)
@@ -189,6 +195,10 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
     errors = [t for t in trajs if t.finish_reason == "error"]
     for t in errors[:5]:
         click.echo(f"episode {t.task_id} failed: {t.error}", err=True)
+    if too_many and max_tool_failure_rate is not None:
+        _fail(too_many)
+    if too_many:
+        click.echo(f"warning: {too_many}", err=True)
 
 
 def _backend(name: str) -> Any:

@@ -53,8 +53,9 @@ def exact_answer(trajectory: Trajectory, task: Task) -> float:
 
 
 def answer_format(trajectory: Trajectory, task: Task) -> float:
-    """1.0 when the episode ended by itself with one ``<answer>`` and no malformed tool calls."""
-    ok = (trajectory.finish_reason == "done" and len(_ANSWER.findall(trajectory.final_text)) == 1
+    """1.0 when the episode ended by itself with one non-empty ``<answer>`` and no malformed tool calls."""
+    answers = _ANSWER.findall(trajectory.final_text)
+    ok = (trajectory.finish_reason == "done" and len(answers) == 1 and answers[0].strip() != ""
           and trajectory.metrics.get("tools/parse_errors", 0.0) == 0.0)
     return float(ok)
 

@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
+import contextvars
+import functools
 import inspect
 import json
 import re
+import threading
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
+
+import pydantic
+from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict  # pydantic reads typing's TypedDict only from Python 3.12
 
 from agentbridge.env import Message, StepResult, Task, ToolCall
+
+if TYPE_CHECKING:
+    from agentbridge.rollout.trajectory import Trajectory
+
+DEFAULT_WORKERS = 8  # threads per sync tool
+DEFAULT_MAX_FAILURE_RATE = 0.2  # a rollout above this share of failed tool calls is warned about
 
 _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean",
                                dict: "object", list: "array"}
@@ -76,10 +91,23 @@ class ToolSpec:
     fn: Callable[..., Any]
     timeout_s: float | None = None
     hints: dict[str, Any] = field(default_factory=dict)
+    max_workers: int = DEFAULT_WORKERS
 
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    @functools.cached_property
+    def workers(self) -> ToolWorkers:
+        """The threads this (sync) tool runs on: its own, so a hung tool cannot starve the others."""
+        return ToolWorkers(self.max_workers, self.name)
+
+    @functools.cached_property
+    def _arguments(self) -> _Arguments:
+        return _Arguments.of(self.fn)
+
+    def __getstate__(self) -> dict[str, Any]:  # threads and validators are rebuilt where it is unpickled
+        return {k: v for k, v in self.__dict__.items() if k not in ("workers", "_arguments")}
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-calling schema (what chat templates render in the tools block)."""
@@ -88,50 +116,170 @@ class ToolSpec:
 
     def check_arguments(self, arguments: Any) -> str | None:
         """Why ``arguments`` do not fit this tool's signature, or None when they do."""
+        try:
+            self.parse_arguments(arguments)
+        except ToolArgumentError as e:
+            return str(e)
+        return None
+
+    def parse_arguments(self, arguments: Any) -> dict[str, Any]:
+        """``arguments`` validated and coerced against the signature (pydantic's lax mode: ``"7"`` → 7 for an
+        ``int``, ``null`` for an Optional, ``null`` for an argument with a default → the default); raises
+        ToolArgumentError with one line."""
         if not isinstance(arguments, dict):
-            return f"arguments must be a JSON object, got {type(arguments).__name__}"
+            raise ToolArgumentError(f"arguments must be a JSON object, got {type(arguments).__name__}")
         props = self.parameters.get("properties", {})
         missing = [k for k in self.parameters.get("required", []) if k not in arguments]
         if missing:
-            return f"missing required argument(s): {', '.join(missing)}"
+            raise ToolArgumentError(f"missing required argument(s): {', '.join(missing)}")
         unknown = [k for k in arguments if k not in props]
-        if unknown:
-            return f"unknown argument(s): {', '.join(unknown)}; expected {', '.join(props) or 'none'}"
-        for key, value in arguments.items():
-            if not _matches(value, props[key]):
-                return f"argument '{key}' must be {props[key].get('type', 'valid')}, got {type(value).__name__}"
-        return None
+        if unknown and not self._arguments.open:
+            raise ToolArgumentError(f"unknown argument(s): {', '.join(unknown)}; expected {', '.join(props) or 'none'}")
+        return self._arguments.validate(arguments, props)
 
     async def __call__(self, **kwargs: Any) -> Any:
         if self.is_async:
             return await self.fn(**kwargs)
-        return await asyncio.to_thread(self.fn, **kwargs)
+        return await asyncio.wrap_future(self.workers.submit(self.fn, kwargs))
 
 
-def _matches(value: Any, schema: dict[str, Any]) -> bool:
-    if "enum" in schema and value not in schema["enum"]:
-        return False
-    if "anyOf" in schema:
-        return any(_matches(value, s) for s in schema["anyOf"])
-    kind = schema.get("type")
-    checks: dict[str, Callable[[Any], bool]] = {
-        "string": lambda v: isinstance(v, str),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        "boolean": lambda v: isinstance(v, bool),
-        "object": lambda v: isinstance(v, dict),
-        "array": lambda v: isinstance(v, list),
-    }
-    if kind is None:
-        return True
-    return checks.get(kind, lambda v: True)(value)
+class ToolArgumentError(ValueError):
+    """Arguments that do not fit a tool's signature (one line)."""
+
+
+def _refuse_bool(kind: str) -> Callable[[Any], Any]:
+    article = "an integer" if kind == "integer" else "a number"
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool):
+            raise PydanticCustomError("bool_not_number", "a boolean is not {kind}", {"kind": article})
+        return value
+
+    return check
+
+
+def _json_types(tp: Any) -> Any:
+    """``tp`` with ``int`` and ``float`` refusing booleans (pydantic's lax mode would take ``true`` as 1)."""
+    if tp is int or tp is float:
+        return Annotated[tp, pydantic.BeforeValidator(_refuse_bool(_JSON_TYPES[tp]))]
+    origin, args = get_origin(tp), get_args(tp)
+    if not args or origin in (Literal, Annotated):
+        return tp
+    new = tuple(a if a is Ellipsis else _json_types(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return Union[new]  # noqa: UP007 - built from a tuple of types
+    try:
+        return origin[new]
+    except TypeError:
+        return tp
+
+
+def _accepts_none(tp: Any) -> bool:
+    return tp in (Any, None, type(None), object) or (get_origin(tp) in (Union, types.UnionType)
+                                                     and type(None) in get_args(tp))
+
+
+@dataclass
+class _Arguments:
+    """A pydantic validator of a function's keyword arguments, built from its signature."""
+
+    adapter: pydantic.TypeAdapter[Any]
+    defaulted: frozenset[str]  # arguments with a default that do not accept None: null means the default
+    open: bool                 # the function takes **kwargs
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any]) -> _Arguments:
+        hints = typing.get_type_hints(fn, include_extras=True)
+        fields: dict[str, Any] = {}
+        defaulted: set[str] = set()
+        open_ = False
+        for pname, param in inspect.signature(fn).parameters.items():
+            if param.kind is param.VAR_KEYWORD:
+                open_ = True
+                continue
+            if param.kind is param.VAR_POSITIONAL:
+                continue
+            tp = hints.get(pname, str)
+            if param.default is inspect.Parameter.empty:
+                fields[pname] = Required[_json_types(tp)]
+            else:
+                fields[pname] = NotRequired[_json_types(tp)]
+                if not _accepts_none(tp):
+                    defaulted.add(pname)
+        typed = TypedDict(f"{getattr(fn, '__name__', 'tool')}_arguments", fields)  # type: ignore[misc]
+        typed.__pydantic_config__ = pydantic.ConfigDict(  # type: ignore[attr-defined]
+            extra="allow" if open_ else "forbid", arbitrary_types_allowed=True)
+        return cls(pydantic.TypeAdapter(typed), frozenset(defaulted), open_)
+
+    def validate(self, arguments: dict[str, Any], props: Mapping[str, Any]) -> dict[str, Any]:
+        """The coerced arguments; ToolArgumentError naming each argument that does not fit, on one line."""
+        given = {k: v for k, v in arguments.items() if not (v is None and k in self.defaulted)}
+        try:
+            return dict(self.adapter.validate_python(given))
+        except pydantic.ValidationError as e:
+            raise ToolArgumentError("; ".join(_one_line(err, props) for err in e.errors())) from None
+
+
+def _one_line(err: Any, props: Mapping[str, Any]) -> str:
+    """``argument 'key' must be string: <pydantic's reason> (got 5)``; nested places as ``tags[0]``."""
+    loc = err["loc"]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    kind = props.get(loc[0], {}).get("type") if len(loc) == 1 else None
+    try:
+        got = json.dumps(err["input"], ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        got = type(err["input"]).__name__
+    got = got if len(got) <= 60 else got[:57] + "..."
+    head = f"argument '{where}' must be {kind}:" if kind else f"argument '{where}':"
+    return f"{head} {err['msg']} (got {got})".replace("\n", " ")
+
+
+class ToolWorkers:
+    """A bounded set of daemon threads for one sync tool: at most ``size`` calls run at once, the rest wait in
+    line. A call that outlives its timeout keeps its thread (Python cannot stop one) but holds up only this tool,
+    and never the interpreter's exit; a waiting call whose caller gave up is dropped before it starts."""
+
+    def __init__(self, size: int, name: str = "tool") -> None:
+        if size < 1:
+            raise ValueError(f"tool '{name}': max_workers must be at least 1, got {size}")
+        self.size, self.name = size, name
+        self.busy = 0
+        self._lock = threading.Lock()
+        self._waiting: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = (
+            collections.deque())
+
+    def submit(self, fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> concurrent.futures.Future[Any]:
+        """Run ``fn(**kwargs)`` on one of the threads (in the caller's context, as ``asyncio.to_thread`` does)."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        job = functools.partial(contextvars.copy_context().run, fn, **kwargs)
+        with self._lock:
+            if self.busy >= self.size:
+                self._waiting.append((future, job))
+                return future
+            self.busy += 1
+        threading.Thread(target=self._work, args=(future, job), name=f"tool-{self.name}", daemon=True).start()
+        return future
+
+    def _work(self, future: concurrent.futures.Future[Any], job: Callable[[], Any]) -> None:
+        while True:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(job())
+                except BaseException as e:  # noqa: BLE001 - handed to the caller
+                    future.set_exception(e)
+            with self._lock:
+                if not self._waiting:
+                    self.busy -= 1
+                    return
+                future, job = self._waiting.popleft()
 
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
-         timeout_s: float | None = None) -> Any:
+         timeout_s: float | None = None, max_workers: int = DEFAULT_WORKERS) -> Any:
     """Turn a sync or async function with type hints and a Google-style docstring into a ToolSpec.
 
-    Use as ``@tool`` or ``@tool(name="calc", timeout_s=5)``.
+    Use as ``@tool`` or ``@tool(name="calc", timeout_s=5)``. A sync function runs on ``max_workers`` threads of
+    its own. Arguments are validated and coerced against the type hints (see ``ToolSpec.parse_arguments``).
     """
 
     def wrap(f: Callable[..., Any]) -> ToolSpec:
@@ -149,8 +297,10 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
             if param.default is inspect.Parameter.empty:
                 required.append(pname)
         parameters = {"type": "object", "properties": props, "required": required}
-        return ToolSpec(name=name or f.__name__, description=description or f.__name__,
-                        parameters=parameters, fn=f, timeout_s=timeout_s)
+        spec = ToolSpec(name=name or f.__name__, description=description or f.__name__,
+                        parameters=parameters, fn=f, timeout_s=timeout_s, max_workers=max_workers)
+        spec._arguments  # noqa: B018 - a signature pydantic cannot read fails here, at definition
+        return spec
 
     return wrap(fn) if fn is not None else wrap
 
@@ -193,8 +343,9 @@ class ToolEnvironment:
     """Runs the model's tool calls against ``@tool`` functions; ends when the model answers without one.
 
     A tool that raises, times out, gets bad arguments or an unknown name yields an error message to the
-    model and a counted metric (``tools/failures``), never an exception. Tool output is truncated to
-    ``max_output_chars``.
+    model and a counted metric (``tools/failures``), never an exception. Arguments are coerced to the tool's
+    type hints first; sync tools run on threads of their own (``ToolSpec.workers``), so a hung tool times out
+    without holding up the others. Tool output is truncated to ``max_output_chars``.
     """
 
     def __init__(self, tools: Sequence[ToolSpec | Callable[..., Any]] = (), *, timeout_s: float = 10.0,
@@ -245,15 +396,25 @@ class ToolEnvironment:
             known = ", ".join(self.tools) or "none"
             msg["content"] = f"Error: unknown tool '{name}'. Available tools: {known}."
             return msg, False
-        problem = spec.check_arguments(args)
-        if problem or not isinstance(args, dict):  # check_arguments names the problem of a non-object
-            msg["content"] = f"Error: bad arguments for {name}: {problem}."
+        try:
+            kwargs = spec.parse_arguments(args)
+        except ToolArgumentError as e:
+            msg["content"] = f"Error: bad arguments for {name}: {e}."
             return msg, False
         timeout = spec.timeout_s or self.timeout_s
+        queued: concurrent.futures.Future[Any] | None = None
+        if spec.is_async:
+            work = spec.fn(**kwargs)
+        else:
+            queued = spec.workers.submit(spec.fn, kwargs)
+            work = asyncio.wrap_future(queued)
         try:
-            result = await asyncio.wait_for(spec(**args), timeout=timeout)
+            result = await asyncio.wait_for(work, timeout=timeout)
         except TimeoutError:
             msg["content"] = f"Error: tool '{name}' timed out after {timeout:g}s."
+            if queued is not None and queued.cancelled():  # it never started: every worker was taken
+                msg["content"] = (f"Error: tool '{name}' timed out after {timeout:g}s waiting for one of its "
+                                  f"{spec.workers.size} workers (all busy with earlier calls that have not returned).")
             return msg, False
         except Exception as e:  # noqa: BLE001 - a tool failure must reach the model, not crash the batch
             msg["content"] = f"Error: {name} failed: {type(e).__name__}: {e}"
@@ -271,3 +432,23 @@ class ToolEnvironment:
 
     async def close(self) -> None:
         return None
+
+
+def tool_failure_rate(trajectories: Iterable[Trajectory], max_rate: float = DEFAULT_MAX_FAILURE_RATE,
+                      limit: str | None = None) -> tuple[float, str | None]:
+    """The share of the episodes' tool calls that failed, and one line saying so when it is above ``max_rate``
+    (with the most frequent error); ``limit`` is how that line names the threshold (default: a percentage)."""
+    trajs = list(trajectories)
+    calls = sum(t.metrics.get("tools/calls", 0.0) for t in trajs)
+    failures = sum(t.metrics.get("tools/failures", 0.0) for t in trajs)
+    rate = failures / calls if calls else 0.0
+    if rate <= max_rate:
+        return rate, None
+    errors = collections.Counter(m["content"] for t in trajs for turn in t.turns for m in turn.observations
+                                 if m.get("role") == "tool" and isinstance(m.get("content"), str)
+                                 and m["content"].startswith("Error:"))
+    line = f"{rate:.0%} of tool calls failed ({failures:g} of {calls:g}), above {limit or f'{max_rate:.0%}'}"
+    if errors:
+        common = errors.most_common(1)[0][0].replace("\n", " ")
+        line += f"; most often: {common[:200]!r}"
+    return rate, line

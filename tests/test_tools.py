@@ -55,7 +55,8 @@ def test_async_tool_and_name_override() -> None:
 
 def test_argument_checks() -> None:
     assert search.check_arguments({"query": "x"}) is None
-    assert "must be integer" in (search.check_arguments({"query": "x", "topk": "3"}) or "")
+    assert search.parse_arguments({"query": "x", "topk": "3"}) == {"query": "x", "topk": 3}  # coerced, as pydantic does
+    assert "must be integer" in (search.check_arguments({"query": "x", "topk": "three"}) or "")
     assert "must be integer" in (search.check_arguments({"query": "x", "topk": True}) or "")
     assert "unknown argument" in (search.check_arguments({"query": "x", "k": 1}) or "")
     assert "JSON object" in (search.check_arguments(["x"]) or "")

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agentbridge.rollout.trajectory import Generation, SamplingParams
+from agentbridge.tools import ToolEnvironment
 
 
 @runtime_checkable
@@ -17,6 +18,13 @@ class Policy(Protocol):
 
 
 Script = Sequence[str | list[int]] | Callable[[], str | list[int] | None]
+
+
+def has_expert(env: Any) -> bool:
+    """Whether ``env`` has a scripted expert: an ``expert_action()`` of its own, not ToolEnvironment's default
+    (which knows no next action)."""
+    method = getattr(env, "expert_action", None)
+    return callable(method) and getattr(method, "__func__", None) is not ToolEnvironment.expert_action
 
 
 class ScriptedPolicy:
@@ -33,11 +41,33 @@ class ScriptedPolicy:
 
     @classmethod
     def for_env(cls, env: Any, tokenizer: Any) -> ScriptedPolicy:
-        """A policy that plays the environment's expert (``env.expert_action()``)."""
-        if not callable(getattr(env, "expert_action", None)):
-            raise ValueError(f"environment {type(env).__name__} has no expert_action(); "
+        """A policy that plays the environment's expert (``env.expert_action()``); ValueError when it has none.
+
+        An expert that returns None (no next action) fails its episode instead of playing an empty answer.
+        """
+        if not has_expert(env):
+            raise ValueError(f"{type(env).__name__} has no scripted expert (it does not define expert_action()); "
                              "the scripted policy cannot play it")
-        return cls(tokenizer, env.expert_action)
+        name = f"{type(env).__name__}.expert_action()"
+
+        def next_turn() -> str | list[int]:
+            turn = env.expert_action()
+            if turn is None:
+                raise ValueError(f"{name} returned None: the expert has no next action")
+            return turn
+
+        return cls(tokenizer, next_turn)
+
+    @classmethod
+    def expert_factory(cls, agent: Any) -> Callable[[Any], ScriptedPolicy]:
+        """Expert policies for ``agent``'s episodes (one per environment), refused at once, before any episode,
+        with one line naming ``environment.id`` when the agent's environment has no scripted expert."""
+        env = agent.make_env()
+        if not has_expert(env):
+            raise ValueError(f"environment.id {agent.spec.environment.id}: {type(env).__name__} has no scripted "
+                             "expert (it does not define expert_action()); the scripted policy cannot play it")
+        tokenizer = agent.tokenizer
+        return lambda e: cls.for_env(e, tokenizer)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams,
                        images: list[Any] | None = None) -> Generation:

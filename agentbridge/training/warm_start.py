@@ -28,9 +28,13 @@ Row = dict[str, list[int]]
 
 
 def demonstrations(agent: Agent, n: int, split: str = "train") -> list[Trajectory]:
-    """``n`` scripted-expert episodes on ``split`` tasks; only solved, self-terminated ones are kept."""
+    """``n`` scripted-expert episodes on ``split`` tasks; only solved, self-terminated ones are kept.
+
+    An environment without a scripted expert is refused (ValueError, one line) before any task is built.
+    """
+    expert = ScriptedPolicy.expert_factory(agent)
     tasks = agent.tasks(split, size=n)
-    trajs = asyncio.run(agent.run(tasks, lambda env: ScriptedPolicy.for_env(env, agent.tokenizer)))
+    trajs = asyncio.run(agent.run(tasks, expert))
     return [t for t in trajs if t.finish_reason == "done" and t.reward > 0]
 
 
