@@ -1,4 +1,6 @@
-"""The Backend protocol and the objects it exchanges: Capabilities, Problem, Job, Report (DESIGN §7)."""
+"""The Backend protocol, the objects it exchanges (Capabilities, Problem, Job, Report) and the compile pipeline
+every command goes through: :func:`get_backend`, then :func:`compile_job` (DESIGN §7). What adapters share to
+implement the protocol is in :mod:`agentbridge.adapter_kit`."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import importlib.util
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,11 +60,13 @@ class Report:
 
 @dataclass
 class Job:
-    """A compiled, self-contained job directory."""
+    """A compiled, self-contained job directory. ``spec``: the spec it was compiled from, when this process
+    compiled it (``agentbridge.adapter_kit.job_spec`` reads it back from ``spec.yaml`` otherwise)."""
 
     backend: str
     path: Path
     manifest: dict[str, Any] = field(default_factory=dict)
+    spec: Spec | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: str | Path) -> Job:
@@ -71,26 +75,39 @@ class Job:
         return cls(backend=manifest["backend"], path=path, manifest=manifest)
 
     def write_manifest(self) -> None:
-        if "algorithm_differences" not in self.manifest and (self.path / "spec.yaml").is_file():
-            from agentbridge.conformance.algorithms import job_differences
-
-            self.manifest["algorithm_differences"] = job_differences(self)
+        """Write ``manifest.json`` as it stands (:func:`compile_job` completes it first)."""
         (self.path / "manifest.json").write_text(json.dumps(self.manifest, indent=2, default=str) + "\n")
 
 
 @runtime_checkable
 class Backend(Protocol):
+    """What a backend adapter implements; :mod:`agentbridge.adapter_kit` holds what they all do the same way."""
+
     name: str
 
     def capabilities(self) -> Capabilities: ...
 
-    def check(self, spec: Spec) -> list[Problem]: ...
+    def check(self, spec: Spec) -> list[Problem]:
+        """What in ``spec`` this backend cannot run, one problem each (needs no backend installed)."""
+        ...
 
-    def compile(self, spec: Spec, out: Path) -> Job: ...
+    def compile(self, spec: Spec, out: Path) -> Job:
+        """Write the job's files under ``out``; return the Job with its manifest filled (:func:`compile_job`
+        completes and writes it)."""
+        ...
 
-    def validate(self, job: Job) -> Report: ...
+    def validate(self, job: Job) -> Report:
+        """The backend's own validators on the job, here or in the backend's environment."""
+        ...
 
-    def launch(self, job: Job, runner: Any) -> Any: ...
+    def launch(self, job: Job, runner: Any, run_dir: Path) -> Path:
+        """Run the job (``runner``: whose interpreter to use, None for the backend's own); returns ``run_dir``."""
+        ...
+
+    def conformance(self, kind: str, workdir: Path) -> list[Any]:
+        """The golden episodes of ``kind`` through the backend's own rollout path, read back from its training
+        batch (a list of ``agentbridge.conformance.EpisodeRecord``)."""
+        ...
 
 
 # What agentbridge's first-party adapters run; used to point users to another backend when its adapter is
@@ -139,53 +156,47 @@ def backend_python(name: str, module: str) -> str | None:
     return None
 
 
-def validate_in(python: str, module: str, job: Job) -> Report:
-    """Run ``python -m <module> JOB --json`` (a backend's validator, in that backend's environment).
+class BackendNotInstalled(ValueError):
+    """No installed backend has this name (one line, naming the installed ones)."""
 
-    The validator prints a JSON list of ``[where, message]``; anything else is reported as one line.
+
+def get_backend(name: str) -> Backend:
+    """The installed backend ``name``; raises :class:`BackendNotInstalled` with one line otherwise."""
+    import difflib
+
+    from agentbridge.plugins import get_plugins
+
+    registry = get_plugins().backends
+    if name in registry:
+        backend: Backend = registry.get(name)
+        return backend
+    near = difflib.get_close_matches(name, registry.ids(), n=1)  # a typo, not a backend to install
+    raise BackendNotInstalled(registry.unknown(name) + ("" if near else f"; pip install agentbridge-{name}"))
+
+
+def compile_job(spec: Spec, backend: Backend, out: Path | None = None, *, source: str = "") -> Job:
+    """The one compile pipeline: check the spec's ids and the backend's capabilities, compile, then complete the
+    manifest (chat-template hash, documented algorithm differences) and write it.
+
+    ``out`` defaults to ``jobs/<spec name>-<backend>-<spec hash>``. Raises ``SpecError`` with one line per
+    problem, each prefixed with ``source`` (the spec's path) when given.
     """
-    import subprocess
+    from agentbridge.conformance.algorithms import difference_lines
+    from agentbridge.rollout.agent import check_ids
+    from agentbridge.runs import spec_chat_template_hash
+    from agentbridge.spec import SpecError, spec_hash
 
-    result = subprocess.run([python, "-m", module, str(job.path), "--json"], capture_output=True, text=True)
-    try:
-        rows = json.loads(result.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
-        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        return Report(ok=False, problems=[Problem(job.backend, f"the validator failed in {python}: {tail}")])
-    problems = [Problem(where, message) for where, message in rows]
-    return Report(ok=not problems, problems=problems)
-
-
-@dataclass
-class JobCheck:
-    """The shared start of a backend validator. ``ready``: the spec loaded and the backend package imports, so the
-    backend's own checks can run."""
-
-    spec: Spec | None
-    problems: list[Problem]
-    ready: bool
-
-
-def begin_validation(job_dir: Path, backend: Any, *, module: str, pin: str, install: str) -> JobCheck:
-    """Load the job's spec, run the backend's capability check, and check that ``module`` imports at version ``pin``
-    (``install`` says how to get it). Each problem is one line."""
-    from importlib import metadata
-
-    from agentbridge.spec import SpecError, load_spec
-
-    try:
-        spec = load_spec(Path(job_dir) / "spec.yaml")
-    except SpecError as e:
-        return JobCheck(None, [Problem(str(Path(job_dir) / "spec.yaml"), line) for line in e.problems], False)
-    problems = list(backend.check(spec))
-    if importlib.util.find_spec(module) is None:
-        problems.append(Problem(module, f"{module} is not installed in this interpreter; {install}"))
-        return JobCheck(spec, problems, False)
-    version = metadata.version(module)
-    if version != pin:
-        problems.append(Problem(module, f"version {version} is installed; this adapter is built for {pin}"))
-    return JobCheck(spec, problems, True)
-
-
-def to_dict(obj: Any) -> dict[str, Any]:
-    return asdict(obj)
+    problems: list[Any] = [*check_ids(spec), *backend.check(spec)]
+    if not any(isinstance(p, Problem) and p.where == "algorithm.name" for p in problems):
+        problems.append(algorithm_problem(spec, backend.name, backend.capabilities(), known_capabilities()))
+    lines = [f"{source}: {p}" if source else str(p) for p in problems if p is not None]
+    if lines:
+        raise SpecError(lines)
+    job = backend.compile(spec, out or Path("jobs") / f"{spec.name}-{backend.name}-{spec_hash(spec)[:8]}")
+    job.spec = spec
+    if job.manifest.get("chat_template_hash") is None:
+        job.manifest["chat_template_hash"] = spec_chat_template_hash(spec)
+    job.manifest.setdefault("algorithm_differences",
+                            difference_lines(backend, spec.algorithm.name, spec.algorithm.kl_coef))
+    job.write_manifest()
+    return job

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import click
 
-from agentbridge.backends import JobError
+from agentbridge.backends import Backend, BackendNotInstalled, Job, JobError, compile_job, get_backend
 from agentbridge.spec import Spec, SpecError, json_schema, load_spec
 
 USER_ERRORS: tuple[type[Exception], ...] = (SpecError, ValueError, FileNotFoundError, JobError)
@@ -201,34 +201,20 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
         click.echo(f"warning: {too_many}", err=True)
 
 
-def _backend(name: str) -> Any:
-    from agentbridge.plugins import get_plugins
-
-    registry = get_plugins().backends
-    if name not in registry:
-        from agentbridge.backends import FIRST_PARTY_ALGORITHMS
-
-        hint = f"; install agentbridge-{name}" if name in FIRST_PARTY_ALGORITHMS else ""
-        installed = ", ".join(registry.ids()) or "none"
-        raise ValueError(f"--backend: {registry.unknown(name)} (installed: {installed}){hint}")
-    return registry.get(name)
+def _backend(name: str) -> Backend:
+    """The installed backend ``name``; one line blamed on ``--backend`` otherwise."""
+    try:
+        return get_backend(name)
+    except BackendNotInstalled as e:
+        raise ValueError(f"--backend: {e}") from None
 
 
-def _compile(spec_path: str, spec: Spec, backend_name: str, out: str | None) -> Any:
-    from agentbridge.rollout.agent import check_ids
-    from agentbridge.runs import complete_job_manifest
-    from agentbridge.spec import spec_hash
-
-    backend = _backend(backend_name)
-    problems = [f"{spec_path}: {p}" for p in check_ids(spec)] + [f"{spec_path}: {p}" for p in backend.check(spec)]
-    if problems:
-        _fail("\n".join(problems))
-    job_dir = Path(out) if out else Path("jobs") / f"{spec.name}-{backend_name}-{spec_hash(spec)[:8]}"
-    job = backend.compile(spec, job_dir)
-    complete_job_manifest(job, spec)
+def _compile(spec_path: str, spec: Spec, backend: Backend, out: str | None) -> Job:
+    """``compile_job``, then the notes on what the job does differently from the spec."""
+    job = compile_job(spec, backend, Path(out) if out else None, source=spec_path)
     for note in job.manifest.get("notes", []):
         click.echo(f"note: {note}", err=True)
-    return backend, job
+    return job
 
 
 @main.command("compile")
@@ -240,7 +226,7 @@ def _compile(spec_path: str, spec: Spec, backend_name: str, out: str | None) -> 
 def compile_cmd(spec_path: str, backend_name: str | None, out: str | None, sets: tuple[str, ...]) -> None:
     """Write the job directory for a backend (needs no backend installed)."""
     spec = _spec(spec_path, sets)
-    _, job = _compile(spec_path, spec, backend_name or spec.backend.name, out)
+    job = _compile(spec_path, spec, _backend(backend_name or spec.backend.name), out)
     click.echo(f"wrote {job.path} ({', '.join(job.manifest.get('files', []))})")
 
 
@@ -272,8 +258,6 @@ def _forward(runner_kind: str, backend_name: str, argv: list[str], *, address: s
 @user_errors
 def check(job_dir: str, runner_kind: str, ray_address: str | None) -> None:
     """Run the backend's own validators on a compiled job."""
-    from agentbridge.backends import Job
-
     job = Job.load(job_dir)
     if runner_kind == "ray":  # the job directory travels as the Ray job's working_dir
         _forward("ray", job.backend, ["check", "."], address=ray_address, working_dir=Path(job_dir))
@@ -306,9 +290,10 @@ def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind
 
         os.environ["AGENTBRIDGE_NO_CACHE"] = uuid.uuid4().hex
 
-    spec = _spec(spec_path, sets)
+    spec = _spec(spec_path, sets)  # the one parse of the spec: compile, validate and launch use this one
     name = backend_name or spec.backend.name
-    backend, job = _compile(spec_path, spec, name, None)
+    backend = _backend(name)
+    job = _compile(spec_path, spec, backend, None)
     report = backend.validate(job)
     if not report.ok:
         _fail("\n".join(f"{job.path}: {p}" for p in report.problems))
@@ -446,7 +431,7 @@ def conformance(backend_names: str | None, kind: str, workdir: str | None, algor
     kinds = KINDS if kind == "all" else (kind,)
     console = Console()
     failed = False
-    names = [n.strip() for n in backend_names.split(",") if n.strip()]
+    names = [_backend(n.strip()).name for n in backend_names.split(",") if n.strip()]
     with console.status(f"conformance: {', '.join(names)}"), \
             ThreadPoolExecutor(max_workers=len(names) or 1) as pool:  # backends in other environments in parallel
         runs = [pool.submit(run_suite, name, kinds, Path(workdir) / name if workdir else None) for name in names]
@@ -481,7 +466,7 @@ def _algorithm_conformance(backend_names: str, workdir: str | None) -> None:
     from agentbridge.conformance.algorithms import Cell, problem_lines, run_algorithms, table
     from agentbridge.conformance.step import StepCell, run_step, step_lines, step_table
 
-    names = [n.strip() for n in backend_names.split(",") if n.strip()]
+    names = [_backend(n.strip()).name for n in backend_names.split(",") if n.strip()]
     t0 = time.perf_counter()
     click.echo(f"algorithms and one step: {', '.join(names)} ...", err=True)
 

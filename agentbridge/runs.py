@@ -89,13 +89,6 @@ def spec_chat_template_hash(spec: Any) -> str | None:
     return text_hash(template) if isinstance(template, str) else None
 
 
-def complete_job_manifest(job: Any, spec: Any) -> None:
-    """Fill what every job manifest records whatever the backend: the chat-template hash."""
-    if job.manifest.get("chat_template_hash") is None:
-        job.manifest["chat_template_hash"] = spec_chat_template_hash(spec)
-        job.write_manifest()
-
-
 def manifest(*, kind: str, spec_hash: str, seed: int, command: list[str] | None = None,
              chat_template_hash: str | None = None, backend: str | None = None,
              versions: dict[str, str | None] | None = None, **extra: Any) -> dict[str, Any]:

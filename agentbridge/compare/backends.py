@@ -33,25 +33,23 @@ class Outcome:
 
 
 def _one(spec: Spec, name: str, out: Path, *, conformance: bool, train: bool, say: Callable[[str], None]) -> Outcome:
-    from agentbridge.plugins import get_plugins
-    from agentbridge.rollout.agent import check_ids
-    from agentbridge.runs import complete_job_manifest
+    from agentbridge.backends import BackendNotInstalled, compile_job, get_backend
+    from agentbridge.spec import SpecError
 
     result = Outcome(name)
-    registry = get_plugins().backends
-    if name not in registry:
+    try:
+        backend = get_backend(name)
+    except BackendNotInstalled as e:
         result.compile = "not installed"
-        result.problems.append(f"{name}: {registry.unknown(name)}; pip install agentbridge-{name}")
-        return result
-    backend = registry.get(name)
-    problems = [str(p) for p in check_ids(spec) + backend.check(spec)]
-    if problems:
-        result.compile = "rejected"
-        result.problems += [f"{name}: {p}" for p in problems]
+        result.problems.append(f"{name}: {e}")
         return result
     say(f"[{name}] compile")
-    job = backend.compile(spec, out / "jobs" / name)
-    complete_job_manifest(job, spec)
+    try:
+        job = compile_job(spec, backend, out / "jobs" / name)
+    except SpecError as e:
+        result.compile = "rejected"
+        result.problems += [f"{name}: {p}" for p in e.problems]
+        return result
     result.compile = f"ok: {job.path}"
     say(f"[{name}] validate")
     report = backend.validate(job)

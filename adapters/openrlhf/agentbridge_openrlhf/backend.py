@@ -3,28 +3,15 @@
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import json
-import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge.backends import (
-    Capabilities,
-    Job,
-    JobError,
-    Problem,
-    Report,
-    algorithm_problem,
-    backend_python,
-    known_capabilities,
-    validate_in,
-)
-from agentbridge.runs import manifest, package_version, write_jsonl
-from agentbridge.spec import Spec, dump_spec, spec_hash
+from agentbridge import adapter_kit as kit
+from agentbridge.backends import Capabilities, Job, JobError, Problem, Report
+from agentbridge.runs import write_jsonl
+from agentbridge.spec import Spec, dump_spec
 from agentbridge.training.phases import launch_lines
 from agentbridge_openrlhf import __version__
 from agentbridge_openrlhf.config import (
@@ -36,12 +23,10 @@ from agentbridge_openrlhf.config import (
     OPTIONS,
     OWNED,
     WHY_NOT,
-    applies,
     describe_demand,
     estimator,
     flag_getter,
     flag_values,
-    foreign_note,
     gpu_demand,
     openrlhf_flags,
     options,
@@ -51,7 +36,6 @@ from agentbridge_openrlhf.config import (
     world_size,
 )
 
-PYTHON_ENV = "AGENTBRIDGE_OPENRLHF_PYTHON"  # interpreter of the OpenRLHF environment, when not this one
 AGENT_SOURCE = '''"""OpenRLHF agent file for spec {name!r}, written by agentbridge-openrlhf {version}.
 
 OpenRLHF {pin} loads it through --train.agent_func_path and calls AgentExecutor() once per vLLM engine actor;
@@ -114,16 +98,8 @@ class OpenRLHFBackend:
 
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` OpenRLHF cannot run, one line each (needs no OpenRLHF installed)."""
-        problems: list[Problem] = []
-        bad_algo = algorithm_problem(spec, self.name, self.capabilities(), known_capabilities())
-        if bad_algo is not None:
-            bad_algo.message += f" ({WHY_NOT.get(spec.algorithm.name, 'not mapped')})"
-            problems.append(bad_algo)
+        problems = [*kit.algorithm_check(self, spec, WHY_NOT), *kit.unknown_options(self, spec, OPTIONS, "OpenRLHF")]
         opts = options(spec)
-        for key in spec.backend.options if applies(spec) else ():
-            if key not in OPTIONS:
-                problems.append(Problem(f"backend.options.{key}",
-                                        f"unknown OpenRLHF option; known: {', '.join(sorted(OPTIONS))}"))
         flags = openrlhf_flags()
         est = estimator(spec)
         choices = flags["algo.advantage.estimator"]["choices"]
@@ -162,7 +138,8 @@ class OpenRLHFBackend:
         return problems
 
     def compile(self, spec: Spec, out: Path) -> Job:
-        """Write the job directory: manifest, spec, data/*.jsonl, the agent file, launch.sh, submit.sh."""
+        """Write the job's files (spec, data/*.jsonl, the agent file, launch.sh, submit.sh); the Job's manifest is
+        filled."""
         from agentbridge.plugins import get_plugins
         from agentbridge.rollout.agent import load_tasks
 
@@ -185,50 +162,26 @@ class OpenRLHFBackend:
         local = to_argv(values)
         ws = spec.algorithm.warm_start
         warm = NOTES[-1] if ws is not None and ws.control else None  # "algorithm.warm_start.control is not run"
-        notes = [n for n in (foreign_note(spec), warm) if n]  # `agentbridge compile` prints them
-        _script(out / "launch.sh", [f"# NOTE: {n}" for n in notes] + _launch_lines(spec, local))
-        _script(out / "submit.sh", [f"# NOTE: {n}" for n in notes] + _submit_lines(spec, local))
-        command = ["python", "-m", "openrlhf.cli.train_ppo_ray", *local]
-        job = Job(backend=self.name, path=out, manifest=manifest(
-            kind="job", backend=self.name, spec_hash=spec_hash(spec), seed=spec.seed, command=command,
-            versions={"agentbridge-openrlhf": __version__, "openrlhf": package_version("openrlhf"),
-                      "openrlhf_pin": OPENRLHF_PIN},
-            files=sorted(p.name for p in out.iterdir()) + ["manifest.json"],
-            tasks={"train": len(train), "eval": len(evals)}, multimodal=multimodal,
-            not_run=[warm] if warm else [], notes=notes))
-        job.write_manifest()
-        return job
+        notes = [n for n in (kit.foreign_note(self, spec, "OpenRLHF"), warm) if n]  # `agentbridge compile` prints them
+        kit.write_script(out / "launch.sh", _launch_lines(spec, local), notes)
+        kit.write_script(out / "submit.sh", _submit_lines(spec, local), notes)
+        return kit.new_job(self, spec, out, version=__version__, pin=OPENRLHF_PIN,
+                           command=["python", "-m", "openrlhf.cli.train_ppo_ray", *local],
+                           tasks={"train": len(train), "eval": len(evals)}, multimodal=multimodal,
+                           not_run=[warm] if warm else [], notes=notes)
 
     def validate(self, job: Job) -> Report:
         """OpenRLHF's own parser and checks on the command line (in the OpenRLHF environment) + agentbridge's."""
-        if importlib.util.find_spec("openrlhf") is not None:
-            from agentbridge_openrlhf.validate import validate_job
-
-            problems = validate_job(job.path)
-            return Report(ok=not problems, problems=problems)
-        python = openrlhf_python()
-        if python is None:
-            return Report(ok=False, problems=[Problem("openrlhf", f"OpenRLHF {OPENRLHF_PIN} is not installed here; "
-                                                                  f"set {PYTHON_ENV} to its environment's python "
-                                                                  "(bash adapters/openrlhf/test.sh creates one)")])
-        return validate_in(python, "agentbridge_openrlhf.validate", job)
+        return kit.run_validator(job, self, "agentbridge_openrlhf.validate")
 
     def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
                extra_args: list[str] | None = None) -> Path:
         """Run ``launch.sh`` (OpenRLHF starts a local Ray cluster); needs GPUs for vLLM and DeepSpeed."""
-        from agentbridge.spec import load_spec
-
-        spec = load_spec(job.path / "spec.yaml")
-        if spec.resources.gpus_per_node == 0:
+        if kit.job_spec(job).resources.gpus_per_node == 0:
             raise JobError("OpenRLHF needs GPUs (vLLM engines, DeepSpeed actor); set resources.gpus_per_node and "
                            f"run {job.path / 'launch.sh'} or submit.sh on a GPU machine")
-        run_dir = run_dir or Path("runs") / spec.name
-        python = getattr(runner, "python", None) or openrlhf_python() or sys.executable
-        env = {**os.environ, "OUT": str(run_dir), "PYTHON": python}
-        result = subprocess.run(["bash", str(job.path / "launch.sh"), *(extra_args or [])], env=env)
-        if result.returncode != 0:
-            raise JobError(f"the OpenRLHF job failed (exit {result.returncode}); see the output above")
-        return run_dir
+        return kit.launch_job(job, runner, run_dir, self, label="OpenRLHF", run_dir_variable="OUT",
+                              extra_args=extra_args or ())
 
     def conformance(self, kind: str, workdir: Path) -> list[Any]:
         """The golden episodes of ``kind`` through OpenRLHF's own rollout path, read back from its training batch
@@ -236,16 +189,6 @@ class OpenRLHFBackend:
         from agentbridge_openrlhf.conformance import golden_records
 
         return golden_records(kind, Path(workdir))
-
-
-def openrlhf_python() -> str | None:
-    """This interpreter when it has OpenRLHF, else ``$AGENTBRIDGE_OPENRLHF_PYTHON``, else ``./.venv-openrlhf``."""
-    return backend_python("openrlhf", "openrlhf") or _repo_venv()
-
-
-def _repo_venv() -> str | None:
-    candidate = Path(__file__).resolve().parents[3] / ".venv-openrlhf" / "bin" / "python"
-    return str(candidate) if candidate.is_file() else None
 
 
 def _quote(arg: str, job: str, model: str, out: str) -> str:
@@ -319,9 +262,3 @@ def _submit_lines(spec: Spec, argv: list[str]) -> list[str]:
         f"  --runtime-env-json {shlex.quote(json.dumps(env))} \\\n"
         '  -- env TOKENIZERS_PARALLELISM=false python3 -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
     ]
-
-
-def _script(path: Path, lines: list[str]) -> None:
-    head = ["#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"']
-    path.write_text("\n".join(head + lines) + "\n")
-    path.chmod(0o755)

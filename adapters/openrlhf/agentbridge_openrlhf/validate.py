@@ -5,7 +5,8 @@ cannot be imported. ``parse_args`` compiles that block from the installed source
 ``train(args)`` call and runs it: the real parser, ``hierarchize`` and every post-parse assert. That needs
 torch and transformers, not Ray, vLLM or DeepSpeed.
 
-Run in the OpenRLHF environment: ``python -m agentbridge_openrlhf.validate JOB [--json]``.
+Run in the OpenRLHF environment: ``python -m agentbridge_openrlhf.validate JOB [--json]`` (``--dump-flags``: the
+installed parser's flags as JSON).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge.backends import Problem, begin_validation
+from agentbridge import adapter_kit as kit
+from agentbridge.backends import Problem
+from agentbridge.spec import Spec
 from agentbridge_openrlhf.config import OPENRLHF_PIN, OWNED
 
 
@@ -163,23 +166,17 @@ def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
     return _LONGEST[key]
 
 
-def validate_job(job_dir: Path) -> list[Problem]:
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
     """OpenRLHF's parser and post-parse checks on the job's command line, then agentbridge's checks."""
     from agentbridge_openrlhf.backend import OpenRLHFBackend
 
     job_dir = Path(job_dir)
-    start = begin_validation(job_dir, OpenRLHFBackend(), module="openrlhf", pin=OPENRLHF_PIN,
-                             install="run `agentbridge backends setup openrlhf` (flags change between patch releases)")
-    problems, spec = start.problems, start.spec
+    start = kit.begin_validation(job_dir, OpenRLHFBackend(), pin=OPENRLHF_PIN, spec=spec,
+                                 install="run `agentbridge backends setup openrlhf` (flags change between patch "
+                                         "releases)")
+    problems, spec, model, tokenizer = start.problems, start.spec, start.model, start.tokenizer
     if not start.ready or spec is None:
         return problems
-    from agentbridge.models import ModelError, load_tokenizer, resolve_model_path
-
-    try:
-        model = str(resolve_model_path(spec.model.path))
-        tokenizer = load_tokenizer(spec.model.path)
-    except (ModelError, OSError, ValueError) as e:
-        return [*problems, Problem("model.path", str(e).splitlines()[0].removeprefix("model.path: "))]
     try:
         argv = job_argv(job_dir, model)
         args = parse_args(argv)
@@ -249,25 +246,13 @@ def _silent_checks(spec: Any, args: Any, argv: list[str], job_dir: Path, tokeniz
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m agentbridge_openrlhf.validate", description=__doc__.splitlines()[0])
-    p.add_argument("job", nargs="?", help="compiled job directory")
-    p.add_argument("--json", action="store_true", help="print the problems as a JSON list of [where, message]")
-    p.add_argument("--dump-flags", action="store_true", help="print the installed parser's flags as JSON")
-    ns = p.parse_args(argv)
-    if ns.dump_flags:
+    """``JOB [--json]``: the job's problems (:func:`agentbridge.adapter_kit.validator_main`); ``--dump-flags``: the
+    installed parser's flags as JSON."""
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--dump-flags"]:
         print(json.dumps(dump_flags(), indent=1, default=str, sort_keys=True))
         return 0
-    if not ns.job:
-        p.error("give a JOB directory or --dump-flags")
-    problems = validate_job(Path(ns.job))
-    if ns.json:
-        print(json.dumps([[pr.where, pr.message] for pr in problems]))
-    else:
-        for pr in problems:
-            print(f"{ns.job}: {pr}", file=sys.stderr)
-        if not problems:
-            print(f"ok: {ns.job} passes OpenRLHF {OPENRLHF_PIN}'s parser and agentbridge's checks")
-    return 1 if problems else 0
+    return kit.validator_main(validate_job, "python -m agentbridge_openrlhf.validate", args)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def calculator_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from agentbridge_openrlhf.backend import OpenRLHFBackend
 
     out = tmp_path_factory.mktemp("jobs") / "calculator"
-    OpenRLHFBackend().compile(load_spec(ROOT / "examples/calculator.yaml"), out)
+    OpenRLHFBackend().compile(load_spec(ROOT / "examples/calculator.yaml"), out).write_manifest()
     return out
 
 

@@ -15,7 +15,7 @@ from agentbridge_openrlhf.backend import OpenRLHFBackend
 
 
 def _validate(job: Path) -> list[str]:
-    return [str(p) for p in OpenRLHFBackend().validate(Job.load(job)).problems]
+    return [str(p) for p in OpenRLHFBackend().validate(Job(backend="openrlhf", path=job)).problems]
 
 
 def test_compiled_calculator_passes(calculator_job: Path) -> None:

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge.backends import (
-    Capabilities,
-    Job,
-    JobError,
-    Problem,
-    Report,
-    algorithm_problem,
-    known_capabilities,
-)
-from agentbridge.runs import manifest, package_version, write_jsonl
-from agentbridge.spec import Spec, dump_spec, spec_hash
+from agentbridge import adapter_kit as kit
+from agentbridge.backends import Capabilities, Job, Problem, Report
+from agentbridge.runs import write_jsonl
+from agentbridge.spec import Spec, dump_spec
 from agentbridge_trl import __version__
 from agentbridge_trl.config import ALGORITHMS, OPTIONS, WHY_NOT, applies, grpo_config_kwargs, world_size
 from agentbridge_trl.config import options as trl_options
@@ -54,17 +45,8 @@ class TrlBackend:
 
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` TRL cannot run, one line each (needs no TRL installed)."""
-        problems: list[Problem] = []
-        caps = self.capabilities()
-        bad_algo = algorithm_problem(spec, self.name, caps, known_capabilities())
-        if bad_algo is not None:
-            bad_algo.message += f" ({WHY_NOT.get(spec.algorithm.name, 'not mapped')})"
-            problems.append(bad_algo)
+        problems = [*kit.algorithm_check(self, spec, WHY_NOT), *kit.unknown_options(self, spec, OPTIONS, "TRL")]
         own = spec.backend.options if applies(spec) else {}
-        for key in own:
-            if key not in OPTIONS:
-                problems.append(Problem(f"backend.options.{key}",
-                                        f"unknown TRL option; known: {', '.join(sorted(OPTIONS))}"))
         mode = own.get("vllm_mode", "colocate")
         if mode not in ("colocate", "server"):
             problems.append(Problem("backend.options.vllm_mode", f"must be colocate or server, got {mode!r}"))
@@ -80,7 +62,7 @@ class TrlBackend:
         return problems
 
     def compile(self, spec: Spec, out: Path) -> Job:
-        """Write the job directory: manifest, spec, data, GRPOConfig, launch.sh, submit.sh."""
+        """Write the job's files (spec, data, GRPOConfig, launch.sh, submit.sh); the Job's manifest is filled."""
         from agentbridge.plugins import get_plugins
         from agentbridge.rollout.agent import load_tasks
 
@@ -95,51 +77,23 @@ class TrlBackend:
         (out / "grpo_config.json").write_text(json.dumps(kwargs, indent=2) + "\n")
         run_dir = f"runs/{spec.name}"
         entry = f"-m agentbridge_trl.entry \"$JOB\" --run-dir \"${{RUN_DIR:-{run_dir}}}\""
-        _script(out / "launch.sh", [
+        kit.write_script(out / "launch.sh", [
             "# Run this job on this machine (CPU or one GPU).",
             f"exec \"${{PYTHON:-{shlex.quote(sys.executable)}}}\" {entry} \"$@\"",
         ])
-        _script(out / "submit.sh", _submit_lines(spec, entry))
-        job = Job(backend=self.name, path=out, manifest=manifest(
-            kind="job", backend=self.name, spec_hash=spec_hash(spec), seed=spec.seed,
-            versions={"agentbridge-trl": __version__, "trl": package_version("trl"), "trl_pin": TRL_PIN},
-            files=sorted(p.name for p in out.iterdir()), tasks={"train": len(train), "eval": len(evals)},
-            notes=compile_notes(spec)))
-        job.write_manifest()
-        return job
+        kit.write_script(out / "submit.sh", _submit_lines(spec, entry))
+        note = kit.foreign_note(self, spec, "TRL")
+        return kit.new_job(self, spec, out, version=__version__, pin=TRL_PIN,
+                           tasks={"train": len(train), "eval": len(evals)}, notes=[note] if note else [])
 
     def validate(self, job: Job) -> Report:
         """Build TRL's GRPOConfig, the tokenizer, the agent and check the chat template; one line per problem."""
-        from agentbridge_trl.validate import validate_job
-
-        problems = validate_job(job.path)
-        return Report(ok=not problems, problems=problems)
+        return kit.run_validator(job, self, "agentbridge_trl.validate")
 
     def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
                extra_args: list[str] | None = None) -> Path:
-        """Run ``launch.sh`` with this interpreter (or ``runner``'s); returns the run directory."""
-        spec_name = job.path.name
-        run_dir = run_dir or Path("runs") / spec_name
-        env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": getattr(runner, "python", sys.executable)}
-        result = subprocess.run(["bash", str(job.path / "launch.sh"), *(extra_args or [])], env=env)
-        if result.returncode != 0:
-            raise JobError(f"the TRL job failed (exit {result.returncode}); see the output above")
-        return run_dir
-
-
-def compile_notes(spec: Spec) -> list[str]:
-    """What the job does differently from the spec (kept in the manifest)."""
-    foreign = [k for k in ("options", "overrides") if getattr(spec.backend, k)]
-    if foreign and not applies(spec):
-        return [f"backend.{' and backend.'.join(foreign)} are for backend {spec.backend.name} (backend.name): "
-                "not applied to the TRL job"]
-    return []
-
-
-def _script(path: Path, lines: list[str]) -> None:
-    head = ["#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"']
-    path.write_text("\n".join(head + lines) + "\n")
-    path.chmod(0o755)
+        """Run ``launch.sh`` with ``runner``'s interpreter (else TRL's environment's); returns the run directory."""
+        return kit.launch_job(job, runner, run_dir, self, label="TRL", extra_args=extra_args or ())
 
 
 def _submit_lines(spec: Spec, entry: str) -> list[str]:

@@ -1,22 +1,28 @@
-"""Validate a compiled TRL job in the TRL environment: every problem is one line, nothing is trained."""
+"""Validate a compiled TRL job in the TRL environment: every problem is one line, nothing is trained.
+
+Run in the TRL environment: ``python -m agentbridge_trl.validate JOB [--json]``.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from agentbridge.backends import Problem, begin_validation
+from agentbridge import adapter_kit as kit
+from agentbridge.backends import Problem
+from agentbridge.spec import Spec
 
 
-def validate_job(job_dir: Path) -> list[Problem]:
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
     """GRPOConfig builds, the model path resolves, the tokenizer's chat template renders tool calls."""
     from agentbridge_trl.backend import TRL_PIN, TrlBackend
 
     job_dir = Path(job_dir)
-    start = begin_validation(job_dir, TrlBackend(), module="trl", pin=TRL_PIN,
-                             install="install agentbridge-trl[backend] or run `agentbridge check --runner env`")
-    problems, spec = start.problems, start.spec
-    if not start.ready or spec is None:
+    start = kit.begin_validation(job_dir, TrlBackend(), pin=TRL_PIN, spec=spec,
+                                 install="install agentbridge-trl[backend] or run `agentbridge check --runner env`")
+    problems = start.problems
+    if not start.ready or start.spec is None:
         return problems
     from agentbridge_trl.config import make_grpo_config
 
@@ -26,16 +32,8 @@ def validate_job(job_dir: Path) -> list[Problem]:
         make_grpo_config(kwargs)
     except (TypeError, ValueError) as e:
         problems.append(Problem("grpo_config.json", f"GRPOConfig rejects it: {str(e).splitlines()[0]}"))
-    from agentbridge.models import ModelError, load_tokenizer
-    from agentbridge.rollout.agent import Agent
+    return problems + kit.agent_check(start.spec, start.tokenizer)[1]
 
-    try:
-        tokenizer = load_tokenizer(spec.model.path)
-    except (ModelError, OSError, ValueError) as e:
-        return [*problems, Problem("model.path", str(e).splitlines()[0].removeprefix("model.path: "))]
-    try:
-        agent = Agent(spec, tokenizer)
-    except ValueError as e:
-        return [*problems, Problem("spec", str(e).splitlines()[0])]
-    problems += [Problem("model.chat_template", p) for p in agent.renderer.check()]
-    return problems
+
+if __name__ == "__main__":
+    sys.exit(kit.validator_main(validate_job, "python -m agentbridge_trl.validate"))

@@ -17,8 +17,11 @@ from agentbridge_trl.config import grpo_config_kwargs
 
 
 def compiled(tmp_path: Path, small: list[str], *sets: str) -> Job:
+    """The job with its manifest written, and no spec checks (so a broken job can be made)."""
     spec = load_spec("examples/calculator.yaml", [*small, *sets])
-    return TrlBackend().compile(spec, tmp_path / "job")
+    job = TrlBackend().compile(spec, tmp_path / "job")
+    job.write_manifest()
+    return job
 
 
 def test_compile_writes_a_self_contained_job(tmp_path: Path, small_sets: list[str]) -> None:

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agentbridge.backends import (
-    Capabilities,
-    Job,
-    JobError,
-    Problem,
-    Report,
-    algorithm_problem,
-    backend_python,
-    known_capabilities,
-    validate_in,
-)
-from agentbridge.runs import manifest, package_version
-from agentbridge.spec import Spec, dump_spec, spec_hash
+from agentbridge import adapter_kit as kit
+from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
+from agentbridge.spec import Spec, dump_spec
 from agentbridge.training.phases import launch_lines
 from agentbridge_verl import VERL_PIN, __version__
 from agentbridge_verl.algorithms import ALGORITHMS, GROUPED, NOTES
@@ -36,15 +23,12 @@ from agentbridge_verl.config import (
     ROLLOUT_ENGINES,
     agent_loop_entries,
     agent_workers,
-    applies,
     job_config,
     n_gpus_per_node,
     options,
     path_overrides,
 )
 from agentbridge_verl.data import write_parquet
-
-PYTHON_ENV = "AGENTBRIDGE_VERL_PYTHON"  # the veRL environment's interpreter, when it is not this one
 
 
 class VerlBackend:
@@ -68,18 +52,12 @@ class VerlBackend:
             algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None, async_rollout=True,
             scale_out="Ray cluster: ray job submit (trainer.nnodes x n_gpus_per_node), vLLM/SGLang rollout servers",
             notes=[*NOTES, "images: Qwen2-VL / Qwen2.5-VL / Qwen3-VL processors only (veRL binds no others)",
-                   "training needs GPUs (veRL 0.9.1 has no CPU trainer); the agent loop and validation run on CPU"])
+                   f"training needs GPUs (veRL {VERL_PIN} has no CPU trainer); the agent loop and validation run "
+                   "on CPU"])
 
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` veRL cannot run, one line each (needs no veRL installed)."""
-        problems: list[Problem] = []
-        bad_algo = algorithm_problem(spec, self.name, self.capabilities(), known_capabilities())
-        if bad_algo is not None:
-            problems.append(bad_algo)
-        for key in spec.backend.options if applies(spec) else ():
-            if key not in OPTIONS:
-                problems.append(Problem(f"backend.options.{key}",
-                                        f"unknown veRL option; known: {', '.join(sorted(OPTIONS))}"))
+        problems = [*kit.algorithm_check(self, spec), *kit.unknown_options(self, spec, OPTIONS, "veRL")]
         engine = options(spec)["rollout_engine"]
         if engine not in ROLLOUT_ENGINES:
             problems.append(Problem("backend.options.rollout_engine",
@@ -90,7 +68,8 @@ class VerlBackend:
         return problems
 
     def compile(self, spec: Spec, out: Path) -> Job:
-        """Write the job directory: manifest, spec, parquet data, Hydra config, agent-loop YAML, reward, scripts."""
+        """Write the job's files (spec, parquet data, Hydra config, agent-loop YAML, reward, scripts); the Job's
+        manifest is filled."""
         from agentbridge.plugins import get_plugins
         from agentbridge.rollout.agent import load_tasks
 
@@ -103,57 +82,33 @@ class VerlBackend:
         (out / "spec.yaml").write_text(dump_spec(spec))
         config = job_config(spec)
         get_plugins().hook.modify_backend_config(spec=spec, backend=self.name, config=config)
-        header = "# veRL 0.9.1 trainer config for this job (extends ppo_trainer); paths come from launch.sh\n"
+        header = f"# veRL {VERL_PIN} trainer config for this job (extends ppo_trainer); paths come from launch.sh\n"
         (out / f"{CONFIG_NAME}.yaml").write_text(header + yaml.safe_dump(config, sort_keys=False))
         (out / AGENT_LOOP_FILE).write_text(yaml.safe_dump(agent_loop_entries(), sort_keys=False))
         (out / REWARD_FILE).write_text(
             '"""veRL reward entry: the driver scored each episode inside agentbridge\'s agent loop."""\n\n'
             "from agentbridge_verl.reward import compute_score  # noqa: F401\n")
-        notes = compile_notes(spec)
-        _script(out / "launch.sh", [f"# NOTE: {n}" for n in notes] + _launch_lines(spec, has_eval=bool(evals)))
-        _script(out / "submit.sh", _submit_lines(spec))
-        job = Job(backend=self.name, path=out, manifest=manifest(
-            kind="job", backend=self.name, spec_hash=spec_hash(spec), seed=spec.seed,
-            versions={"agentbridge-verl": __version__, "verl": package_version("verl"), "verl_pin": VERL_PIN},
-            files=sorted(p.name for p in out.iterdir()), tasks={"train": len(train), "eval": len(evals)},
-            gpus={"nnodes": spec.resources.nodes, "n_gpus_per_node": n_gpus_per_node(spec)}, notes=notes))
-        job.write_manifest()
-        return job
+        notes = [n for n in (kit.foreign_note(self, spec, "veRL"), *compile_notes(spec)) if n]
+        kit.write_script(out / "launch.sh", _launch_lines(spec, has_eval=bool(evals)), notes)
+        kit.write_script(out / "submit.sh", _submit_lines(spec))
+        return kit.new_job(self, spec, out, version=__version__, pin=VERL_PIN,
+                           tasks={"train": len(train), "eval": len(evals)},
+                           gpus={"nnodes": spec.resources.nodes, "n_gpus_per_node": n_gpus_per_node(spec)}, notes=notes)
 
     def validate(self, job: Job) -> Report:
         """veRL's own checks on the job, in the veRL environment; one line per problem."""
-        if importlib.util.find_spec("verl") is not None:
-            from agentbridge_verl.validate import validate_job
-
-            skipped: list[str] = []
-            problems = validate_job(job.path, skipped)
-            return Report(ok=not problems, problems=problems, details={"skipped": skipped} if skipped else {})
-        python = backend_python("verl", "verl")
-        if not python:
-            return Report(ok=False, problems=[Problem("verl", f"veRL {VERL_PIN} is not installed in this "
-                                                      f"interpreter; set {PYTHON_ENV} to the veRL environment's "
-                                                      "python (bash adapters/verl/test.sh creates .venv-verl)")])
-        return validate_in(python, "agentbridge_verl.validate", job)
+        return kit.run_validator(job, self, "agentbridge_verl.validate")
 
     def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
                extra_args: list[str] | None = None) -> Path:
         """Run ``launch.sh`` (veRL's ``main_ppo`` on this machine; it needs GPUs); returns the run directory."""
-        run_dir = run_dir or Path("runs") / job.path.name
-        python = getattr(runner, "python", None) or backend_python("verl", "verl") or sys.executable
-        env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": python}
-        result = subprocess.run(["bash", str(job.path / "launch.sh"), *(extra_args or [])], env=env)
-        if result.returncode != 0:
-            raise JobError(f"the veRL job failed (exit {result.returncode}); see the output above")
-        return run_dir
+        return kit.launch_job(job, runner, run_dir, self, label="veRL", extra_args=extra_args or ())
 
 
 def compile_notes(spec: Spec) -> list[str]:
-    """What the job does differently from the spec (kept in the manifest and at the top of launch.sh)."""
+    """What the veRL job does differently from the spec (kept in the manifest and at the top of launch.sh), besides
+    leaving out another backend's options."""
     notes = []
-    foreign = [k for k in ("options", "overrides") if getattr(spec.backend, k)]
-    if foreign and not applies(spec):
-        notes.append(f"backend.{' and backend.'.join(foreign)} are for backend {spec.backend.name} (backend.name): "
-                     "not applied to the veRL job")
     workers, wanted = agent_workers(spec), int(options(spec)["agent_workers"])
     if workers != wanted:
         episodes = spec.algorithm.batch_size * spec.algorithm.group_size
@@ -171,12 +126,6 @@ def compile_notes(spec: Spec) -> list[str]:
 def verl_python() -> str:
     """The veRL environment's interpreter (see ``agentbridge.backends.backend_python``), else this one."""
     return backend_python("verl", "verl") or sys.executable
-
-
-def _script(path: Path, lines: list[str]) -> None:
-    head = ["#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"']
-    path.write_text("\n".join(head + lines) + "\n")
-    path.chmod(0o755)
 
 
 def _model_lines(spec: Spec) -> list[str]:
@@ -212,7 +161,7 @@ def _submit_lines(spec: Spec) -> list[str]:
     return [
         "# Submit to a running Ray cluster (ray start --head; ray start --address=... on the other nodes).",
         "# The job directory is the Ray working_dir, so every node reads data, spec and configs from its own copy.",
-        "# PYTHON is the veRL environment (verl==0.9.1, agentbridge, agentbridge-verl and the spec's plugins)",
+        f"# PYTHON is the veRL environment (verl=={VERL_PIN}, agentbridge, agentbridge-verl and the spec's plugins)",
         "# at the same path on every node: Ray runs all workers with it, so agentbridge imports everywhere. It is",
         "# main_ppo's ray_kwargs.ray_init.runtime_env.py_executable, not the Job's: Ray refuses a Job runtime env",
         "# that shares a key with the one main_ppo passes to ray.init (py_executable is always among them).",

@@ -4,14 +4,13 @@ Composes the job's Hydra config (extending ``ppo_trainer``), runs ``validate_con
 dataclasses as ``main_ppo`` does, loads the reward function, reward manager, agent-loop class and the advantage /
 policy-loss functions, checks that the trainer ``trainer.use_v1`` selects can start (the V1 trainer needs
 TransferQueue), and rejects keys veRL would silently ignore. Run as
-``python -m agentbridge_verl.validate JOB_DIR`` in the veRL environment.
+``python -m agentbridge_verl.validate JOB_DIR [--json]`` in the veRL environment.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import sys
 import warnings
@@ -20,7 +19,9 @@ from typing import Any
 
 import yaml
 
-from agentbridge.backends import Problem, begin_validation
+from agentbridge import adapter_kit as kit
+from agentbridge.backends import Problem
+from agentbridge.spec import Spec
 from agentbridge_verl import VERL_PIN
 from agentbridge_verl.config import AGENT_LOOP_FILE, CONFIG_NAME, flatten, path_overrides
 
@@ -206,16 +207,6 @@ def _trainer_path(cfg: Any) -> list[Problem]:
     return []
 
 
-def _agent(spec: Any, tokenizer: Any) -> tuple[Any, list[Problem]]:
-    from agentbridge.rollout.agent import Agent
-
-    try:
-        agent = Agent(spec, tokenizer)
-    except ValueError as e:
-        return None, [Problem("spec", _first_line(e))]
-    return agent, [Problem("model.chat_template", p) for p in agent.renderer.check()]
-
-
 def _images(model: str, cfg: Any, agent: Any, skipped: list[str]) -> list[Problem]:
     """For a vision-language model: veRL builds a processor (pixel_values, M-RoPE position ids) whose image token
     is the placeholder the driver expands, and the batch keeps the multimodal inputs."""
@@ -257,32 +248,26 @@ def compose_job(job_dir: Path, spec: Any, model: str) -> Any:
         return compose(config_name=CONFIG_NAME, overrides=overrides)
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None) -> list[Problem]:
-    """Every problem veRL 0.9.1 (or agentbridge's side of the job) finds, one line each; veRL's chatter muted.
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
+    """Every problem veRL (or agentbridge's side of the job) finds, one line each; veRL's chatter muted.
 
     A check this environment cannot run fully appends one line saying so to ``skipped``.
     """
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        return _validate(Path(job_dir), [] if skipped is None else skipped)
+        return _validate(Path(job_dir), [] if skipped is None else skipped, spec)
 
 
-def _validate(job_dir: Path, skipped: list[str]) -> list[Problem]:
+def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Problem]:
     from agentbridge_verl.backend import VerlBackend
 
     job_dir = Path(job_dir).resolve()
-    start = begin_validation(job_dir, VerlBackend(), module="verl", pin=VERL_PIN,
-                             install=f"install agentbridge-verl[backend] (verl=={VERL_PIN}) or run "
-                                     "`agentbridge backends setup verl`")
-    problems, spec = start.problems, start.spec
+    start = kit.begin_validation(job_dir, VerlBackend(), pin=VERL_PIN, spec=spec,
+                                 install=f"install agentbridge-verl[backend] (verl=={VERL_PIN}) or run "
+                                         "`agentbridge backends setup verl`")
+    problems, spec, model = start.problems, start.spec, start.model
     if not start.ready or spec is None:
         return problems
-    from agentbridge.models import ModelError, resolve_model_path
-
-    try:
-        model = str(resolve_model_path(spec.model.path))
-    except (ModelError, OSError) as e:
-        return [*problems, Problem("model.path", _first_line(e).removeprefix("model.path: "))]
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -309,32 +294,9 @@ def _validate(job_dir: Path, skipped: list[str]) -> list[Problem]:
     except Exception as e:  # noqa: BLE001
         return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"veRL's validate_config rejects it: {_first_line(e)}")]
     problems += _dataclasses(cfg) + _algorithm(cfg) + _reward(cfg) + _agent_loop(job_dir, cfg) + _trainer_path(cfg)
-    from agentbridge.models import load_tokenizer
-
-    agent, agent_problems = _agent(spec, load_tokenizer(model))
+    agent, agent_problems = kit.agent_check(spec, start.tokenizer)
     return problems + agent_problems + _images(model, cfg, agent, skipped)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print one line per problem (or, with ``--json``, a JSON list of [where, message]); exit 1 on any.
-
-    Checks this environment could not run fully are one ``skipped:`` line each on stderr."""
-    args = sys.argv[1:] if argv is None else argv
-    as_json = "--json" in args
-    args = [a for a in args if a != "--json"]
-    if len(args) != 1:
-        print("usage: python -m agentbridge_verl.validate JOB_DIR [--json]", file=sys.stderr)
-        return 2
-    skipped: list[str] = []
-    problems = validate_job(Path(args[0]), skipped)
-    for line in skipped:
-        print(f"skipped: {line}", file=sys.stderr)
-    if as_json:
-        print(json.dumps([[p.where, p.message] for p in problems]))
-    for problem in [] if as_json else problems:
-        print(problem)
-    return 1 if problems else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kit.validator_main(validate_job, "python -m agentbridge_verl.validate"))

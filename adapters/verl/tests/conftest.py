@@ -23,8 +23,11 @@ SMALL = ["backend.name=verl", "data.train.size=8", "data.eval.size=4", "algorith
 
 
 def compile_job(out: Path, *sets: str, example: str = EXAMPLE) -> Job:
-    """The example compiled with the small settings plus ``sets``."""
-    return VerlBackend().compile(load_spec(example, [*SMALL, *sets]), out)
+    """The example compiled with the small settings plus ``sets``, its manifest written (with no spec checks, so a
+    broken job can be made: ``agentbridge.backends.compile_job`` checks first)."""
+    job = VerlBackend().compile(load_spec(example, [*SMALL, *sets]), out)
+    job.write_manifest()
+    return job
 
 
 @pytest.fixture(scope="session")

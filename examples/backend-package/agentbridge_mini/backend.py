@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge.backends import (
-    Capabilities,
-    Job,
-    JobError,
-    Problem,
-    Report,
-    algorithm_problem,
-    known_capabilities,
-)
-from agentbridge.runs import manifest, write_jsonl
-from agentbridge.spec import Spec, SpecError, dump_spec, load_spec, spec_hash
+from agentbridge import adapter_kit as kit
+from agentbridge.backends import Capabilities, Job, Problem, Report
+from agentbridge.runs import write_jsonl
+from agentbridge.spec import Spec, SpecError, dump_spec
 from agentbridge_mini import __version__
 
 OPTIONS = {"policy": ("model", "expert")}  # backend.options this backend understands, with their allowed values
@@ -46,14 +36,9 @@ class MiniBackend:
 
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` this backend cannot run, one line each."""
-        problems = []
-        bad_algo = algorithm_problem(spec, self.name, self.capabilities(), known_capabilities())
-        if bad_algo is not None:
-            problems.append(bad_algo)
+        problems = [*kit.algorithm_check(self, spec), *kit.unknown_options(self, spec, OPTIONS, "mini")]
         for key, value in self.options(spec).items():
-            if key not in OPTIONS:
-                problems.append(Problem(f"backend.options.{key}", f"unknown mini option; known: {', '.join(OPTIONS)}"))
-            elif value not in OPTIONS[key]:
+            if key in OPTIONS and value not in OPTIONS[key]:
                 problems.append(Problem(f"backend.options.{key}", f"must be one of {', '.join(OPTIONS[key])}"))
         return problems
 
@@ -64,7 +49,8 @@ class MiniBackend:
                 "policy": self.options(spec).get("policy", "model"), "seed": spec.seed}
 
     def compile(self, spec: Spec, out: Path) -> Job:
-        """Write the job directory: spec, dataset rows, ``mini.json``, ``launch.sh`` and the manifest."""
+        """Write the job's files (spec, dataset rows, ``mini.json``, ``launch.sh``); return the Job with its manifest
+        filled (``agentbridge.backends.compile_job`` completes and writes it)."""
         from agentbridge.rollout.agent import load_tasks
         from agentbridge_mini.batch import encode_task
 
@@ -74,16 +60,9 @@ class MiniBackend:
         write_jsonl(out / "data" / "train.jsonl", (encode_task(t) for t in train))
         (out / "spec.yaml").write_text(dump_spec(spec))
         (out / "mini.json").write_text(json.dumps(self.config(spec), indent=2) + "\n")
-        launch = out / "launch.sh"
-        launch.write_text('#!/usr/bin/env bash\nset -euo pipefail\nJOB="$(cd "$(dirname "$0")" && pwd)"\n'
-                          'exec "${PYTHON:-python}" -m agentbridge_mini.run "$JOB" "${RUN_DIR:-runs/mini}"\n')
-        launch.chmod(0o755)
-        job = Job(backend=self.name, path=out, manifest=manifest(
-            kind="job", backend=self.name, spec_hash=spec_hash(spec), seed=spec.seed,
-            versions={"agentbridge-mini": __version__}, files=sorted(p.name for p in out.iterdir()),
-            tasks={"train": len(train)}))
-        job.write_manifest()
-        return job
+        run = 'exec "${PYTHON:-python}" -m agentbridge_mini.run "$JOB" "${RUN_DIR:-runs/mini}"'
+        kit.write_script(out / "launch.sh", [run])
+        return kit.new_job(self, spec, out, version=__version__, tasks={"train": len(train)})
 
     def validate(self, job: Job) -> Report:
         """The job's files are there, its spec loads and this backend can run it."""
@@ -91,7 +70,7 @@ class MiniBackend:
         if missing:
             return Report(ok=False, problems=[Problem(str(job.path), f"missing {', '.join(missing)}; compile again")])
         try:
-            spec = load_spec(job.path / "spec.yaml")
+            spec = kit.job_spec(job)
         except SpecError as e:
             return Report(ok=False, problems=[Problem(str(job.path / "spec.yaml"), p) for p in e.problems])
         problems = self.check(spec)
@@ -99,12 +78,7 @@ class MiniBackend:
 
     def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None) -> Path:
         """Run the job with ``runner``'s interpreter (this one by default); returns the run directory."""
-        run_dir = Path(run_dir or Path("runs") / job.path.name)
-        env = {**os.environ, "RUN_DIR": str(run_dir), "PYTHON": getattr(runner, "python", sys.executable)}
-        result = subprocess.run(["bash", str(job.path / "launch.sh")], env=env)
-        if result.returncode != 0:
-            raise JobError(f"the mini job failed (exit {result.returncode}); see the output above")
-        return run_dir
+        return kit.launch_job(job, runner, run_dir, self, label="mini")
 
     def conformance(self, kind: str, workdir: Path) -> list[Any]:
         """The golden episodes of ``kind`` through this backend's path: task rows in, batch rows out, read back."""
