@@ -1,4 +1,4 @@
-"""What every backend adapter does the same way, written once (DESIGN §7.1).
+"""What every backend adapter does the same way, written once.
 
 - compile: :func:`write_script` writes ``launch.sh`` / ``submit.sh``; :func:`new_job` returns the Job with its
   manifest filled (``agentbridge.backends.compile_job`` completes and writes it); :func:`job_spec` reads a job's

@@ -1,5 +1,5 @@
 """The Backend protocol, the objects it exchanges (Capabilities, Problem, Job, Report) and the compile pipeline
-every command goes through: :func:`get_backend`, then :func:`compile_job` (DESIGN §7). What adapters share to
+every command goes through: :func:`get_backend`, then :func:`compile_job`. What adapters share to
 implement the protocol is in :mod:`agentbridge.adapter_kit`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Message-level environment types: Task, Message, StepResult, Environment (DESIGN §5)."""
+"""Message-level environment types: Task, Message, StepResult, Environment."""
 
 from __future__ import annotations
 

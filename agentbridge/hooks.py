@@ -1,4 +1,4 @@
-"""pluggy hook specifications (DESIGN §4): what a plugin package can implement with ``@hookimpl``.
+"""pluggy hook specifications: what a plugin package can implement with ``@hookimpl``.
 
 A plugin is a module (or object) with functions named like the hooks below, decorated with
 ``agentbridge.hookimpl`` and listed under the ``agentbridge`` entry-point group of its package::
@@ -119,7 +119,7 @@ def on_metrics(step: int, metrics: dict[str, float], run: Path) -> None:
     """Export one training step's normalized metrics (TensorBoard, W&B, MLflow, ...).
 
     :param step: the training step, from 1.
-    :param metrics: the step's row of ``metrics.jsonl`` (DESIGN §8 names: ``reward/mean``, ``time/step_s``, ...).
+    :param metrics: the step's row of ``metrics.jsonl`` (the normalized names: ``reward/mean``, ``time/step_s``, ...).
     :param run: the run directory.
 
     Called by the run's metrics logger (:class:`agentbridge.training.logger.RunLogger`) after each training step,

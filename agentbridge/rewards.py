@@ -1,4 +1,4 @@
-"""Reward functions and their weighted composition (DESIGN §5).
+"""Reward functions and their weighted composition.
 
 A reward function is ``(trajectory, task) -> float | dict[str, float]`` (sync or async). Rewards run inside
 the driver, so every backend receives the same numbers.

@@ -1,4 +1,4 @@
-"""Run directories, normalized metrics (DESIGN §8) and manifests."""
+"""Run directories, normalized metrics and manifests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Side-by-side report of several run directories: plots (PNG) and ``report.html`` (DESIGN §8).
+"""Side-by-side report of several run directories: plots (PNG) and ``report.html``.
 
 A run directory holds ``manifest.json`` and ``metrics.jsonl`` (normalized names), as every backend writes
 them. Missing, partial or older runs give one problem line each; the rest of the report still renders.

@@ -1,4 +1,4 @@
-"""The token-level episode driver: ``run_episode`` and ``run_episodes`` (DESIGN §6)."""
+"""The token-level episode driver: ``run_episode`` and ``run_episodes``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The agent spec as pydantic models (DESIGN §3). Unknown keys are errors everywhere."""
+"""The agent spec as pydantic models. Unknown keys are errors everywhere."""
 
 from __future__ import annotations
 

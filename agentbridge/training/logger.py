@@ -1,4 +1,4 @@
-"""The per-run metrics logger: one ``metrics.jsonl`` row per training step in the normalized names (DESIGN §8),
+"""The per-run metrics logger: one ``metrics.jsonl`` row per training step in the normalized names,
 ``episodes.jsonl`` summaries, and every row handed to the ``on_metrics`` hook."""
 
 from __future__ import annotations
