@@ -453,6 +453,8 @@ def conformance(backend_names: str | None, kind: str, workdir: str | None, algor
         for result in results:
             for line in result.problems:
                 click.echo(f"problem: {line}", err=True)
+            for line in result.notes:
+                click.echo(f"note: {result.kind}: {line}", err=True)
     if failed:
         sys.exit(1)
 

@@ -7,11 +7,14 @@ In a third-party backend's test module::
     test_conformance = conformance_tests("mybackend")
 
 This collects one test per golden case (``test_conformance[text-tools]``, ...); each fails with the lines that
-say which field of which episode differs from agentbridge's driver. The backend runs once per kind.
+say which field of which episode differs from agentbridge's driver. The backend runs once per kind. A field the
+backend's default job does not hold (see :class:`~agentbridge.conformance.suite.SuiteResult`'s ``notes``) is a
+:class:`ConformanceNote` warning, once per kind, in pytest's warnings summary.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from functools import cache
 
@@ -21,9 +24,19 @@ from agentbridge.conformance.golden import KINDS, cases
 from agentbridge.conformance.suite import SuiteResult, run_suite
 
 
+class ConformanceNote(UserWarning):
+    """A field the backend's default job does not hold: checked under another job, or not at all."""
+
+
 @cache
 def _result(backend: str, kind: str) -> SuiteResult:
     return run_suite(backend, (kind,))[0]
+
+
+@cache
+def _note(backend: str, kind: str) -> None:
+    for line in _result(backend, kind).notes:
+        warnings.warn(ConformanceNote(f"{kind}: {line}"), stacklevel=2)
 
 
 def _names(line: str, case: str) -> bool:
@@ -47,6 +60,7 @@ def conformance_tests(backend: str, kinds: tuple[str, ...] = KINDS) -> Callable[
         result = _result(backend, kind)
         if result.skipped:
             pytest.skip(result.skipped)
+        _note(backend, kind)
         mine, general = problems_of(result, case)
         assert not general and not mine, "\n".join(general + mine)
 

@@ -16,28 +16,37 @@ REWARD_TOLERANCE = 1e-5
 class EpisodeRecord:
     """One episode as a backend holds it for training, without the backend's padding.
 
-    ``logprobs`` are the rollout log-probs of every response token (0 where the environment wrote);
+    ``logprobs`` are the rollout log-probs of every response token (0 where the environment wrote), or None when
+    the backend holds none under the job the record was read from (OpenRLHF's default job: it recomputes the old
+    log-probs in the actor and keeps no rollout log-probs); the comparison reports a field not held as a note
+    naming backend and field, never as conforming and never as a difference.
     ``images`` are digests of every image the model saw, in order (:func:`image_digest`).
+    ``job``: empty for a record of the backend's default job (the one its ``conformance`` compiles the golden spec
+    into, as a user's job would be: OpenRLHF's with its default options); otherwise the settings of the other job
+    it was read from (``--set`` overrides, e.g. ``backend.options.is_correction=token``). Such a record checks
+    only the fields the default job's records do not hold (see :func:`compare`).
     """
 
     case: str
     prompt_ids: list[int]
     response_ids: list[int]
     response_mask: list[int]
-    logprobs: list[float]
+    logprobs: list[float] | None
     reward: float
     images: list[str] = field(default_factory=list)
+    job: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EpisodeRecord:
+        lps = d["logprobs"]
         return cls(case=str(d["case"]), prompt_ids=[int(x) for x in d["prompt_ids"]],
                    response_ids=[int(x) for x in d["response_ids"]],
                    response_mask=[int(x) for x in d["response_mask"]],
-                   logprobs=[float(x) for x in d["logprobs"]], reward=float(d["reward"]),
-                   images=[str(x) for x in d.get("images", [])])
+                   logprobs=None if lps is None else [float(x) for x in lps], reward=float(d["reward"]),
+                   images=[str(x) for x in d.get("images", [])], job=str(d.get("job", "")))
 
 
 def image_digest(image: Any) -> str:
@@ -66,38 +75,102 @@ def _first_difference(want: list[Any], got: list[Any], close: float | None = Non
     return None
 
 
-def compare_record(want: EpisodeRecord, got: EpisodeRecord) -> list[tuple[str, str]]:
-    """``(field, what differs)`` for each field of ``got`` that differs from ``want``."""
+def not_held(record: EpisodeRecord) -> list[str]:
+    """The fields ``record`` marks as not held by its backend under its job (None)."""
+    return [name for name in FIELDS if getattr(record, name) is None]
+
+
+def compare_record(want: EpisodeRecord, got: EpisodeRecord,
+                   fields: tuple[str, ...] = FIELDS) -> list[tuple[str, str]]:
+    """``(field, what differs)`` for each of ``fields`` of ``got`` that differs from ``want``. A field ``got`` does
+    not hold (None) is no difference (see :func:`notes`); one the driver's reference does not hold is."""
     out = []
-    for name in ("prompt_ids", "response_ids", "response_mask", "images"):
-        diff = _first_difference(getattr(want, name), getattr(got, name))
+    for name in fields:
+        w, g = getattr(want, name), getattr(got, name)
+        if w is None:
+            out.append((name, "is not held by the driver's reference"))
+            continue
+        if g is None:
+            continue
+        if name == "reward":
+            if not math.isclose(w, g, abs_tol=REWARD_TOLERANCE):
+                out.append((name, f"is {g:g}, the driver's is {w:g}"))
+            continue
+        diff = _first_difference(w, g, close=LOGPROB_TOLERANCE if name == "logprobs" else None)
         if diff:
             out.append((name, diff))
-    diff = _first_difference(want.logprobs, got.logprobs, close=LOGPROB_TOLERANCE)
-    if diff:
-        out.append(("logprobs", diff))
-    if not math.isclose(want.reward, got.reward, abs_tol=REWARD_TOLERANCE):
-        out.append(("reward", f"is {got.reward:g}, the driver's is {want.reward:g}"))
     return out
+
+
+def _jobs(got: list[EpisodeRecord]) -> dict[str, list[EpisodeRecord]]:
+    """A backend's records by the job they were read from, the default job (``""``) first."""
+    out: dict[str, list[EpisodeRecord]] = {"": []}
+    for r in got:
+        out.setdefault(r.job, []).append(r)
+    return out
+
+
+def _missing(records: list[EpisodeRecord]) -> tuple[str, ...]:
+    """The fields some of ``records`` do not hold, in ``FIELDS`` order."""
+    return tuple(name for name in FIELDS if any(getattr(r, name) is None for r in records))
 
 
 def compare(reference: list[EpisodeRecord], got: list[EpisodeRecord], backend: str,
             samples: int = 1) -> list[str]:
-    """One line per difference between a backend's records and the driver's (``samples`` records per case)."""
+    """One line per difference between a backend's records and the driver's (``samples`` records per case).
+
+    The records of the default job (``job`` empty) are compared field by field; a field they do not hold is no
+    difference but a note (:func:`notes`). The records of another job (``job`` set, named in their lines) are
+    compared only on the fields the default job's records do not hold, and must hold them.
+    """
+    jobs = _jobs(got)
+    missing = _missing(jobs[""])
+    problems = []
+    for job, records in jobs.items():
+        fields = FIELDS if not job else missing
+        if job and not fields:
+            problems.append(f"{backend} ({job}): records of another job, but the default job's records hold "
+                            f"every field")
+            continue
+        problems += _compare_job(reference, records, f"{backend} ({job})" if job else backend, samples, fields,
+                                 must_hold=bool(job))
+    return problems
+
+
+def _compare_job(reference: list[EpisodeRecord], got: list[EpisodeRecord], who: str, samples: int,
+                 fields: tuple[str, ...], must_hold: bool) -> list[str]:
     want = {r.case: r for r in reference}
     problems = []
     for case in want:
         n = sum(r.case == case for r in got)
         if n != samples:
-            problems.append(f"{backend}: case {case}: {n} episodes reached the batch, expected {samples}")
+            problems.append(f"{who}: case {case}: {n} episodes reached the batch, expected {samples}")
     for r in got:
         if r.case not in want:
-            problems.append(f"{backend}: case {r.case}: not a golden case")
+            problems.append(f"{who}: case {r.case}: not a golden case")
     seen: dict[str, int] = {}
     for r in got:
         if r.case not in want:
             continue
         i = seen[r.case] = seen.get(r.case, -1) + 1
-        for name, diff in compare_record(want[r.case], r):
-            problems.append(f"{backend}: case {r.case}[{i}]: {name} {diff}")
+        if must_hold:
+            problems += [f"{who}: case {r.case}[{i}]: {name} is not held under this job either"
+                         for name in fields if getattr(r, name) is None]
+        for name, diff in compare_record(want[r.case], r, fields):
+            problems.append(f"{who}: case {r.case}[{i}]: {name} {diff}")
     return problems
+
+
+def notes(got: list[EpisodeRecord], backend: str) -> list[str]:
+    """One line per field a backend's default-job records do not hold: checked under which other job, or not at
+    all. Neither a pass nor a difference: what the suite could not compare on the job the backend would run."""
+    jobs = _jobs(got)
+    out = []
+    for name in _missing(jobs[""]):
+        under = [job for job, records in jobs.items() if job and records
+                 and all(getattr(r, name) is not None for r in records)]
+        if under:
+            out.append(f"{backend}: {name} checked under {' and '.join(under)}; the default job keeps none")
+        else:
+            out.append(f"{backend}: {name} not held by the default job; not compared")
+    return out

@@ -5,6 +5,11 @@ spec (:func:`golden_spec`) into its own job, push the golden tasks through its r
 :func:`~agentbridge.conformance.golden.golden_turn` as the inference engine, and read each episode back from the
 backend's own training batch. When the backend's package does not import here, the suite runs that method in the
 backend's environment (``python -m agentbridge.conformance records``).
+
+A field the backend does not hold under that job is None in its records (OpenRLHF's default job keeps no rollout
+log-probs); the suite reports it as a note, not as a pass or a difference. A backend may add records read from
+another job of the golden spec (``EpisodeRecord.job`` naming its settings) to check those fields there: each note
+then says under which job the field was checked (:func:`agentbridge.conformance.records.notes`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge.conformance.golden import KINDS, VLM, GoldenPolicy, cases, enable_golden, golden_spec_path
-from agentbridge.conformance.records import EpisodeRecord, compare, record_of
+from agentbridge.conformance.records import EpisodeRecord, compare, notes, record_of
 from agentbridge.spec import Spec, load_spec
 
 
@@ -29,13 +34,15 @@ class ConformanceError(ValueError):
 
 @dataclass
 class SuiteResult:
-    """One backend on one kind of golden episodes: the records, and one line per difference."""
+    """One backend on one kind of golden episodes: the records, one line per difference, and one note per field
+    the backend's default job does not hold (neither a pass nor a difference)."""
 
     backend: str
     kind: str
     problems: list[str] = field(default_factory=list)
     records: list[EpisodeRecord] = field(default_factory=list)
     skipped: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -135,4 +142,5 @@ def run_suite(name: str, kinds: tuple[str, ...] = KINDS, workdir: Path | None = 
                 result.problems = [str(e)]
                 continue
         result.problems = compare(reference_records(kind), result.records, name, samples=samples)
+        result.notes = notes(result.records, name)
     return results

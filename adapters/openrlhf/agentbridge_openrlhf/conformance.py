@@ -1,14 +1,21 @@
 """OpenRLHF's side of the conformance suite: the golden episodes through OpenRLHF 0.11.2's own rollout path.
 
 ``golden_records(kind, workdir)`` compiles the golden spec with :class:`~agentbridge_openrlhf.backend.OpenRLHFBackend`
-(``backend.options.is_correction: token``: the setting under which OpenRLHF asks vLLM for log-probs and keeps them
-as ``rollout_log_probs``; with it off OpenRLHF holds no rollout log-probs at all), runs one rollout batch of that
-job through :func:`agentbridge_openrlhf.rollout_path.run_rollout` on a local Ray cluster of its own (shut down
-before returning) and reads every episode back from the training micro-batches OpenRLHF built. Never from the
-driver's trajectories: the executors keep none.
+twice and runs one rollout batch of each job through :func:`agentbridge_openrlhf.rollout_path.run_rollouts` (both
+on one local Ray cluster of its own, shut down before returning), reading every episode back from the training
+micro-batches OpenRLHF built. Never from the driver's trajectories: the executors keep none.
+
+- The job with the compiled job's default options (``backend.options.is_correction: off``): the records the suite
+  compares on every field OpenRLHF holds there: prompt and response ids, response mask, reward, images. Their
+  ``logprobs`` are None: this job does not ask vLLM for log-probs and OpenRLHF keeps no ``rollout_log_probs``
+  (the actor recomputes the old log-probs), so the suite notes them as not held rather than passing them.
+- The same spec with ``backend.options.is_correction: token`` (:data:`LOGPROB_JOB`): the setting under which
+  OpenRLHF asks vLLM for log-probs and keeps them as ``rollout_log_probs``. Its records carry
+  ``job="backend.options.is_correction=token"`` and are compared on the log-probs only; the suite's note says
+  ``openrlhf: logprobs checked under backend.options.is_correction=token; the default job keeps none``.
 
 Real: OpenRLHF's parser on the compiled launch.sh, ``get_tokenizer`` (an ``AutoProcessor`` for the VLM),
-``blending_datasets`` and ``PromptDataset`` over the job's data, ``create_vllm_engines`` (one engine) and the
+``blending_datasets`` and ``PromptDataset`` over the job's data, ``create_vllm_engines`` (one engine per job) and the
 ``RolloutRayActor`` (loading the job's agent file, i.e. agentbridge's executor and driver, pad-token dedup before
 vLLM), ``SamplesGenerator`` (dispatch, ``_process_response_into_experience``) and ``RemoteExperienceMaker``
 (``split_rollout_samples``: ``Experience.concat_experiences`` padding; ``compute_advantages_and_returns``: length
@@ -24,7 +31,8 @@ length ``n``):
   the prompt is ``sequences[:first + 1]`` for the first 1 of ``action_mask`` at ``first`` (a row with no 1 is the
   core's empty-episode fallback: its response is its last token);
 - ``response_mask``: ``action_mask[first:n - 1]`` (back to the driver's convention, one entry per response token);
-- ``logprobs``: ``rollout_log_probs[first:n - 1]`` (0 where the environment wrote);
+- ``logprobs``: ``rollout_log_probs[first:n - 1]`` (0 where the environment wrote); None when the batch has no
+  ``rollout_log_probs`` (the default job);
 - ``reward``: ``rewards`` after ``compute_advantages_and_returns`` (what the advantages are computed from);
 - case: the ``id`` of the task the row's label carries;
 - images: OpenRLHF holds no raw images for images the environment drew (its ``images`` field keeps only the
@@ -38,25 +46,36 @@ length ``n``):
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agentbridge.conformance.records import EpisodeRecord, image_digest
 
-SETS = ["backend.name=openrlhf", "backend.options={is_correction: token}"]
+SETS = ["backend.name=openrlhf"]  # the compiled job's default options: what a user's job trains on
+LOGPROB_JOB = "backend.options.is_correction=token"  # where OpenRLHF keeps rollout log-probs (records' ``job``)
+LOGPROB_SETS = [*SETS, "backend.options={is_correction: token}"]
 
 
 def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
-    """Run the golden ``kind`` episodes through OpenRLHF and read each one back from OpenRLHF's training batch."""
+    """Run the golden ``kind`` episodes through OpenRLHF and read each one back from OpenRLHF's training batch:
+    the default job's records (no log-probs: OpenRLHF keeps none there), then the log-prob job's (``job`` set)."""
     from agentbridge.conformance.suite import golden_spec
     from agentbridge.models import resolve_model_path
     from agentbridge_openrlhf.backend import OpenRLHFBackend
-    from agentbridge_openrlhf.rollout_path import run_rollout
+    from agentbridge_openrlhf.rollout_path import run_rollouts
 
+    root = Path(workdir).resolve()
     spec = golden_spec(kind, SETS)
-    job = OpenRLHFBackend().compile(spec, Path(workdir).resolve() / "openrlhf").path
-    rollout = run_rollout(job, str(resolve_model_path(spec.model.path)), engine="golden", engines=1)
-    return batch_records(rollout.advantaged, rollout.tokenizer, rollout.images)
+    jobs = [OpenRLHFBackend().compile(spec, root / "openrlhf").path,
+            OpenRLHFBackend().compile(golden_spec(kind, LOGPROB_SETS), root / "openrlhf-is_correction-token").path]
+    default, token = run_rollouts(jobs, str(resolve_model_path(spec.model.path)), engine="golden", engines=1)
+    records = batch_records(default.advantaged, default.tokenizer, default.images)
+    if any(r.logprobs is not None for r in records):  # then this module's account of OpenRLHF is out of date
+        raise ValueError("OpenRLHF kept rollout_log_probs under the default job (is_correction off)")
+    # the suite compares these on the log-probs only, and says a record without them is not held there either
+    return records + [replace(r, job=LOGPROB_JOB) for r in batch_records(token.advantaged, token.tokenizer,
+                                                                         token.images)]
 
 
 def batch_records(batches: list[Any], tokenizer: Any, handed: dict[str, Any]) -> list[EpisodeRecord]:
@@ -76,13 +95,12 @@ def row_record(b: Any, j: int, images: ImageIndex) -> EpisodeRecord:
     n = int(b.attention_mask[j].sum())
     seq = [int(x) for x in b.sequences[j][:n].tolist()]
     actions = [int(x) for x in b.action_mask[j][: n - 1].tolist()]
-    if b.rollout_log_probs is None:
-        raise ValueError("OpenRLHF kept no rollout_log_probs (the job must ask vLLM for them: is_correction)")
     # no generated token: the core's empty-episode fallback, whose response is the last token (one masked EOS)
     first = actions.index(1) if 1 in actions else n - 2
     return EpisodeRecord(
         case=case, prompt_ids=seq[: first + 1], response_ids=seq[first + 1:], response_mask=actions[first:],
-        logprobs=[float(x) for x in b.rollout_log_probs[j][first: n - 1].tolist()],
+        logprobs=None if b.rollout_log_probs is None
+        else [float(x) for x in b.rollout_log_probs[j][first: n - 1].tolist()],
         reward=float(b.rewards[j]),
         images=images.digests(seq, (b.mm_train_inputs or [None] * len(b.index))[j],
                               (b.images or [None] * len(b.index))[j], f"OpenRLHF batch row {b.index[j]} (case {case})"))
