@@ -510,5 +510,23 @@ def _print_summary(summary: dict[str, float], n: int) -> None:
     Console().print(table)
 
 
+@main.command()
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path())
+@click.option("-o", "out", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the page (default RUN_DIR/view.html).")
+@click.option("--model", default=None, metavar="PATH",
+              help="Tokenizer to decode the tokens with (default: the run's model.path).")
+@user_errors
+def view(run_dir: str, out: str | None, model: str | None) -> None:
+    """Write view.html: the run's episodes turn by turn, filterable, with the loss mask coloured over the tokens
+    and each token's log-prob."""
+    from agentbridge.viewer import write_view
+
+    path, n, notes = write_view(Path(run_dir), Path(out) if out else None, model=model)
+    for line in notes:
+        click.echo(f"note: {line}", err=True)
+    click.echo(f"wrote {path} ({n} episodes)")
+
+
 if __name__ == "__main__":
     main()
