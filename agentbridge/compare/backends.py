@@ -63,6 +63,8 @@ def _one(spec: Spec, name: str, out: Path, *, conformance: bool, train: bool, sa
         failed = [line for r in suite for line in r.problems]
         ran = [r.kind for r in suite if not r.skipped]
         result.conformance = (f"identical ({', '.join(ran)})" if not failed else f"{len(failed)} difference(s)")
+        # a field the backend's job does not hold is neither identical nor a difference: say where it was checked
+        result.conformance += "".join(f"; {r.kind}: {note}" for r in suite for note in r.notes)
         result.problems += failed
         from agentbridge.conformance.algorithms import problem_lines, run_algorithms
 
