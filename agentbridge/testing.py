@@ -7,6 +7,10 @@ would trip over later, one line per problem::
 
     def test_environment() -> None:
         check_environment(MyEnv, tasks=my_tasks("train", size=4), rewards={"my/exact": exact})
+
+:func:`logical_gpu_cluster` and :class:`TimedRay` let a backend's tests drive its multi-node placement on a CPU
+machine: a local Ray cluster whose raylets declare GPUs no CUDA stands behind, and a ``ray`` whose ``get`` gives
+up instead of waiting forever on a placement group that cannot be placed.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import inspect
 import json
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from agentbridge.env import Environment, Message, StepResult, Task, ToolCall, text_of
@@ -25,7 +30,8 @@ from agentbridge.rollout.driver import assistant_action
 from agentbridge.rollout.parsers import HermesParser, ToolCallParser
 from agentbridge.rollout.trajectory import Trajectory, Turn
 
-__all__ = ["EnvironmentCheckError", "check_environment", "environment_problems", "environment_problems_async"]
+__all__ = ["EnvironmentCheckError", "TimedRay", "check_environment", "environment_problems",
+           "environment_problems_async", "logical_gpu_cluster"]
 
 ROLES = ("system", "user", "assistant", "tool")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style function calling accepts
@@ -388,3 +394,42 @@ class _Checker:
                                 "went wrong")
         finally:
             await self.close(env, task)
+
+
+@contextmanager
+def logical_gpu_cluster(*, nodes: int = 2, gpus_per_node: int = 8, cpus_per_node: int = 8) -> Iterator[Any]:
+    """A local Ray cluster (``ray.cluster_utils.Cluster``) of ``nodes`` raylets, each declaring ``gpus_per_node``
+    logical GPUs and ``cpus_per_node`` CPUs; no dashboard, no prestarted worker. Shut down (and this process's Ray
+    connection with it) on exit. Give ``cpus_per_node`` what the backend's placement bundles ask per GPU."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": cpus_per_node, "num_gpus": gpus_per_node}
+    cluster = Cluster(initialize_head=True, head_node_args={
+        **node, "include_dashboard": False, "_system_config": {"prestart_worker_first_driver": False}})
+    try:
+        for _ in range(nodes - 1):
+            cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+class TimedRay:
+    """``ray`` for a backend's placement code under test, but ``get`` gives up after ``wait`` seconds (a placement
+    group that cannot be placed fails the test instead of hanging it)."""
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+
+    def __getattr__(self, name: str) -> Any:
+        import ray
+
+        return getattr(ray, name)
+
+    def get(self, refs: Any, timeout: float | None = None) -> Any:
+        import ray
+
+        return ray.get(refs, timeout=self.wait if timeout is None else timeout)

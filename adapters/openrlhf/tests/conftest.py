@@ -38,16 +38,7 @@ def calculator_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gpu_cluster() -> Iterator[Any]:
     """A local Ray cluster of two raylets declaring 8 logical GPUs each (no CUDA behind them) and 8 CPUs (OpenRLHF's
     bundles are ``{"GPU": 1, "CPU": 1}``), for one test module; shut down after it. No worker is prestarted."""
-    import ray
-    from ray.cluster_utils import Cluster
+    from agentbridge.testing import logical_gpu_cluster
 
-    node = {"num_cpus": 8, "num_gpus": 8}
-    cluster = Cluster(initialize_head=True, head_node_args={
-        **node, "include_dashboard": False, "_system_config": {"prestart_worker_first_driver": False}})
-    try:
-        cluster.add_node(**node)
-        cluster.wait_for_nodes()
+    with logical_gpu_cluster(nodes=2, gpus_per_node=8, cpus_per_node=8) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()

@@ -30,6 +30,7 @@ import pytest
 
 from agentbridge.backends import Job
 from agentbridge.spec import load_spec
+from agentbridge.testing import TimedRay
 from agentbridge_openrlhf.backend import OpenRLHFBackend
 from agentbridge_openrlhf.cluster import local_gpus, placement_problem
 from agentbridge_openrlhf.config import flag_getter, flag_values, gpu_demand
@@ -51,20 +52,6 @@ def model() -> str:
     return str(resolve_model_path("builtin:tiny"))
 
 
-class _TimedRay:
-    """``ray`` for OpenRLHF's code here, but ``get`` gives up after ``WAIT`` seconds."""
-
-    def __getattr__(self, name: str) -> Any:
-        import ray
-
-        return getattr(ray, name)
-
-    @staticmethod
-    def get(refs: Any, timeout: float | None = None) -> Any:
-        import ray
-
-        return ray.get(refs, timeout=WAIT if timeout is None else timeout)
-
 
 def _cut(path: Path, name: str, stop: Callable[[ast.stmt], bool], returns: str, namespace: dict[str, Any]) -> Any:
     """Function ``name`` of the source file ``path``, cut before its first top-level statement ``stop`` matches and
@@ -84,7 +71,7 @@ def _placement(job: Path, model: str) -> dict[str, Any]:
     spec = importlib.util.find_spec("openrlhf")
     assert spec is not None and spec.origin is not None
     package = Path(spec.origin).parent
-    ray = _TimedRay()
+    ray = TimedRay(WAIT)
     engines = _cut(package / "trainer/ray/vllm_engine.py", "create_vllm_engines",
                    lambda s: isinstance(s, ast.For), "shared_pg",
                    {"ray": ray, "placement_group": placement_group, "Optional": Optional})

@@ -23,25 +23,12 @@ import pytest
 from conftest import compile_job
 
 from agentbridge.spec import load_spec
+from agentbridge.testing import TimedRay
 
 WAIT = 30.0  # seconds a placement group may take to be ready here
 # 96 episodes a step: divisible by the 16 GPUs of 2x8 and the 24 of 3x8 (veRL's validate_config)
 SIZE = ("algorithm.batch_size=24", "algorithm.group_size=4")
 
-
-class _TimedRay:
-    """``ray`` for veRL's placement code here, but ``get`` gives up after ``WAIT`` seconds."""
-
-    def __getattr__(self, name: str) -> Any:
-        import ray
-
-        return getattr(ray, name)
-
-    @staticmethod
-    def get(refs: Any, timeout: float | None = None) -> Any:
-        import ray
-
-        return ray.get(refs, timeout=WAIT if timeout is None else timeout)
 
 
 class PlacementTaskRunner:
@@ -86,7 +73,7 @@ def run_main(gpu_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setenv("RAY_ADDRESS", gpu_cluster.address)
     monkeypatch.setattr(main_ppo, "TaskRunnerV1", PlacementTaskRunner)
-    monkeypatch.setattr(base, "ray", _TimedRay())
+    monkeypatch.setattr(base, "ray", TimedRay(WAIT))
     PlacementTaskRunner.placed = []
 
     def run(job: Path) -> list[Any]:
