@@ -6,16 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from serving import free_port, serving
 from small_world import SMALL
 from test_retrieval import CORPUS
 
@@ -24,28 +23,11 @@ from agentbridge_search.retrievers import BM25Retriever
 from agentbridge_search.server import create_app
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def good() -> Iterator[str]:
     """The plugin's own retrieval server (uvicorn) over the small known corpus."""
-    import uvicorn
-
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(BM25Retriever(CORPUS, cache=False)), host="127.0.0.1",
-                                           port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
+    with serving(create_app(BM25Retriever(CORPUS, cache=False))) as url:
+        yield url
 
 
 class _Stub(BaseHTTPRequestHandler):
@@ -120,7 +102,7 @@ def _search(backend: HttpBackend, queries: list[str]) -> list[list[str]]:
 
 
 def test_health_check_names_each_bad_url(good: str, wrong: str) -> None:
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     backend = HttpBackend([dead, wrong, good], timeout_s=2.0)
 
     async def check() -> dict[str, str | None]:
@@ -136,7 +118,7 @@ def test_health_check_names_each_bad_url(good: str, wrong: str) -> None:
 
 
 def test_fails_over_from_dead_and_wrong_urls(good: str, wrong: str) -> None:
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     queries = ["currency of Kenya", "Lyon", "capital city Nairobi", "currency of France"] * 3
     got = _search(HttpBackend([dead, wrong, good], timeout_s=2.0), queries)
     assert [ids[0] for ids in got] == ["p4", "p2", "p3", "p1"] * 3  # every search answered, by the good server
@@ -151,7 +133,7 @@ def test_fails_over_from_a_half_alive_url(good: str, half: tuple[str, dict[str, 
 
 
 def test_all_urls_down_is_one_line(wrong: str) -> None:
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(RetrievalError) as e:
         _search(HttpBackend([dead, wrong], timeout_s=2.0), ["Lyon"])
     message = str(e.value)
@@ -161,7 +143,7 @@ def test_all_urls_down_is_one_line(wrong: str) -> None:
 
 def test_down_url_comes_back_after_retry_after(good: str) -> None:
     """A url that failed is left out for retry_after_s, then probed again and used when it answers."""
-    port = _free_port()
+    port = free_port()
     late = f"http://127.0.0.1:{port}"
     backend = HttpBackend([late], timeout_s=2.0, retry_after_s=0.3)
 
@@ -193,7 +175,7 @@ def test_down_url_comes_back_after_retry_after(good: str) -> None:
 def test_rollout_with_dead_and_good_urls(good: str, tmp_path: Any) -> None:
     """End to end: the CLI's search rollout scores every search through failover; with only a dead url the
     rollout fails loudly when asked to."""
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     sets = [x for where in ("environment.args", "data.eval.args") for k, v in SMALL.items()
             for x in ("--set", f"{where}.world.{k}={v}")]
 

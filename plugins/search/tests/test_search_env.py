@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from serving import free_port, serving
 from small_world import SMALL
 
 from agentbridge.models import load_tokenizer
@@ -54,27 +55,10 @@ def test_check_environment() -> None:
                                "search/format": answer_format})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
-    import uvicorn
-
-    app = create_app(world_retriever("bm25", 0, **SMALL))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
+    with serving(create_app(world_retriever("bm25", 0, **SMALL))) as url:
+        yield url
 
 
 def test_expert_solves_over_http(server_url: str) -> None:
@@ -84,7 +68,7 @@ def test_expert_solves_over_http(server_url: str) -> None:
 
 
 def test_dead_server_gives_tool_errors() -> None:
-    trajs = run_expert(agent(f"environment.args.url=http://127.0.0.1:{_free_port()}"), 4)
+    trajs = run_expert(agent(f"environment.args.url=http://127.0.0.1:{free_port()}"), 4)
     for t in trajs:
         assert t.finish_reason == "done" and t.metrics["tools/failures"] == t.metrics["tools/calls"] >= 2
         assert "unreachable" in t.turns[0].observations[0]["content"]
