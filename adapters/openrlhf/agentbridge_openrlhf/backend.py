@@ -10,6 +10,7 @@ from typing import Any
 
 from agentbridge import adapter_kit as kit
 from agentbridge.backends import Capabilities, Job, JobError, Problem, Report
+from agentbridge.models import is_vlm
 from agentbridge.runs import write_jsonl
 from agentbridge.spec import Spec, dump_spec
 from agentbridge.training.phases import launch_lines
@@ -32,7 +33,6 @@ from agentbridge_openrlhf.config import (
     options,
     overrides,
     to_argv,
-    vision_model,
     world_size,
 )
 
@@ -55,7 +55,7 @@ class AgentExecutor(AgentbridgeExecutor):
 
 def is_multimodal(spec: Spec, rows: list[dict[str, Any]]) -> bool:
     """Whether the job feeds images (dataset images, a VLM builtin, or a declared image budget)."""
-    return (any(r.get("images") for r in rows) or vision_model(spec.model.path)
+    return (any(r.get("images") for r in rows) or is_vlm(spec.model.path)
             or int(options(spec)["max_images_per_prompt"]) > 0)
 
 
@@ -119,7 +119,7 @@ class OpenRLHFBackend:
         if spec.agent.sampling.top_k:
             problems.append(Problem("agent.sampling.top_k", f"OpenRLHF {OPENRLHF_PIN} has no top_k flag (it samples "
                                                             "with top_k=-1); remove it"))
-        if vision_model(spec.model.path) or int(opts["max_images_per_prompt"]) > 0:
+        if is_vlm(spec.model.path) or int(opts["max_images_per_prompt"]) > 0:
             if est == "gae":
                 problems.append(Problem("algorithm.name", "OpenRLHF has no critic for vision-language models; "
                                                           "use grpo, rloo, reinforce_pp or dr_grpo"))

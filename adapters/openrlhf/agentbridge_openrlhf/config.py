@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from agentbridge.spec.models import Spec
@@ -102,22 +100,6 @@ def openrlhf_flags() -> dict[str, dict[str, Any]]:
     text = resources.files("agentbridge_openrlhf").joinpath(f"flags_{OPENRLHF_PIN}.json").read_text()
     return json.loads(text)
 
-
-_VL_NAME = re.compile(r"(?i)(^|[-_/.])(vl|vision|llava)(\d|[-_.]|$)")
-
-
-def vision_model(path: str) -> bool:
-    """Whether ``model.path`` is a vision-language model: ``builtin:tiny-vl``, a local model whose config has a
-    ``vision_config`` (OpenRLHF's own test), or a hub id that says so (``...-VL-...``, ``vision``, ``llava``)."""
-    if path == "builtin:tiny-vl":
-        return True
-    config = Path(path).expanduser() / "config.json"
-    if config.is_file():
-        try:
-            return "vision_config" in json.loads(config.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-    return not path.startswith("builtin:") and bool(_VL_NAME.search(path))
 
 
 def world_size(spec: Spec) -> int:
