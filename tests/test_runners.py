@@ -22,7 +22,7 @@ def test_runners_run_agentbridge_commands(runner: LocalRunner | InterpreterRunne
     bad = runner.run(["validate", "examples/calculator.yaml", "--set", "agent.max_turns=0"])
     assert bad.returncode == 1 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [
-        "error: examples/calculator.yaml (--set): agent.max_turns: Input should be greater than 0"]
+        "error: --set agent.max_turns=0: agent.max_turns: Input should be greater than 0"]
 
 
 def test_runner_for_needs_an_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
