@@ -56,6 +56,25 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
     return n
 
 
+def read_jsonl(path: Path, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each JSON object line of ``path``; a line that is not one adds a problem line
+    (``path:N: ...; skipped``) and is skipped, so a partial write or a stray line never stops a reader."""
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            problems.append(f"{path}:{n}: not valid JSON (a partial write?); skipped")
+            continue
+        if not isinstance(row, dict):
+            problems.append(f"{path}:{n}: not a JSON object; skipped")
+            continue
+        rows.append((n, row))
+    return rows
+
+
 def append_jsonl(path: Path, row: dict[str, Any]) -> None:
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")

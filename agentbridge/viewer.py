@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentbridge.runs import read_jsonl
 from agentbridge.training.logger import EPISODES_WITH_TOKENS_PER_STEP
 
 EPISODE_FILES = ("episodes.jsonl", "trajectories.jsonl")  # a training run's, a rollout's
@@ -39,20 +40,7 @@ def episodes_file(run_dir: Path) -> Path:
 
 def read_episodes(path: Path, problems: list[str]) -> list[dict[str, Any]]:
     """The episodes in ``path``; a line that is not a JSON object adds a problem line and is skipped."""
-    episodes = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            problems.append(f"{path}:{n}: not valid JSON (a partial write?); skipped")
-            continue
-        if not isinstance(row, dict):
-            problems.append(f"{path}:{n}: not a JSON object; skipped")
-            continue
-        episodes.append(row)
-    return episodes
+    return [row for _, row in read_jsonl(path, problems)]
 
 
 def run_model_path(run_dir: Path) -> str | None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentbridge.runs import read_jsonl
+
 # (metric, y label, file) drawn against the step, one line per run
 PLOTS = [
     ("reward/mean", "reward (mean over episodes)", "reward.png"),
@@ -50,14 +52,7 @@ def _load(path: Path, problems: list[str]) -> RunData | None:
     if not metrics_path.is_file():
         problems.append(f"{metrics_path}: missing; this run has no steps to draw")
         return run
-    for n, line in enumerate(metrics_path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            problems.append(f"{metrics_path}:{n}: not valid JSON (a partial write?); skipped")
-            continue
+    for n, row in read_jsonl(metrics_path, problems):
         missing = [k for k in REQUIRED if k not in row]
         if missing:
             problems.append(f"{metrics_path}:{n}: lacks {', '.join(missing)} (an older or foreign format?); skipped")
