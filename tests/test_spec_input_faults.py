@@ -63,7 +63,7 @@ def test_nested_aliases_are_refused_at_the_line_that_passes_the_bound(tmp_path: 
     assert p.startswith(f"{tmp_path / 'spec.yaml'}:{line_of(text, 'l4: &l4')}: ") and f"{MAX_VALUES} values" in p
     # a smaller one under environment.args (9**5 values) was accepted and compiled into a job of megabytes
     nested = "".join(f"    {x}\n" for x in laughs(4).splitlines())
-    text = BASE.replace("  args: {timeout_s: 5.0, expert_in_head: 0.8}\n", f"  args:\n{nested}")
+    text = BASE.replace("  args: {timeout_s: 5.0, expert_in_head: 0.7}\n", f"  args:\n{nested}")
     assert f"{MAX_VALUES} values" in one_problem(write(tmp_path, text))
 
 
