@@ -65,8 +65,10 @@ def main() -> None:
 
 @main.command()
 def schema() -> None:
-    """Print the JSON Schema of the spec."""
-    click.echo(json.dumps(json_schema(), indent=2))
+    """Print the JSON Schema of the spec, with the arguments of every installed plugin."""
+    from agentbridge.plugins import get_plugins
+
+    click.echo(json.dumps(json_schema(get_plugins().registries), indent=2))
 
 
 @main.command()
@@ -77,17 +79,23 @@ def schema() -> None:
 def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None:
     """Check SPEC, resolve every id against the registries, and check the backend's capabilities."""
     from agentbridge.plugins import get_plugins
+    from agentbridge.preflight import backend_problems, model_path_problems, prompt_budget_problems
     from agentbridge.rollout.agent import check_ids
 
     spec = _spec(spec_path, sets)
     plugins = get_plugins()
     problems = [f"{spec_path}: {p}" for p in check_ids(spec, plugins)]
+    problems += [f"{spec_path}: {p}" for p in model_path_problems(spec)]
     name = backend or spec.backend.name
     if name in plugins.backends:
         problems += [f"{spec_path}: {p}" for p in plugins.backends.get(name).check(spec)]
     elif backend:
         problems.append(f"--backend: {plugins.backends.unknown(name)} (installed: "
                         f"{', '.join(plugins.backends.ids()) or 'none'})")
+    else:
+        problems += [f"{spec_path}: {p}" for p in backend_problems(spec, plugins)]
+    if not problems:  # renders a prompt: only for a spec whose ids all resolve
+        problems += [f"{spec_path}: {p}" for p in prompt_budget_problems(spec, plugins)]
     for err in plugins.errors:
         click.echo(f"warning: {err}", err=True)
     if problems:
@@ -97,8 +105,7 @@ def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None
 
         for line in difference_lines(plugins.backends.get(name), spec.algorithm.name, spec.algorithm.kl_coef):
             click.echo(f"warning: {spec_path}: {line}", err=True)
-    checked = f"backend {name}" if name in plugins.backends else f"no backend check ({name} is not installed)"
-    click.echo(f"ok: {spec_path} ({spec.name}; {checked})")
+    click.echo(f"ok: {spec_path} ({spec.name}; backend {name})")
 
 
 @main.command()

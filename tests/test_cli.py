@@ -17,7 +17,10 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=600)
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["validate", "examples/calculator.yaml"], ["schema"]])
+# validate renders the opening prompt with a builtin or local model's tokenizer (transformers); with a hub id it
+# stays light
+@pytest.mark.parametrize("argv", [["--help"], ["schema"], ["validate", "examples/calculator.yaml", "--set",
+                                                          "model.path=Qwen/Qwen2.5-0.5B-Instruct"]])
 def test_light_commands_import_no_torch_or_backend(argv: list[str]) -> None:
     probe = (
         "import sys, json\nfrom agentbridge.cli import main\n"

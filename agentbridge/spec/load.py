@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import yaml
 from pydantic import ValidationError
 
+from agentbridge.plugin_args import args_problems
 from agentbridge.spec.models import Spec
 
 MAX_SPEC_BYTES = 256 * 1024
@@ -48,6 +49,8 @@ class IdRegistry(Protocol):
     def __contains__(self, id: str, /) -> bool: ...
 
     def unknown(self, id: str) -> str: ...
+
+    def get(self, id: str) -> Any: ...
 
 
 def _short(text: object, limit: int = 60) -> str:
@@ -346,6 +349,21 @@ def _ids(data: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...], str, str]]:
             yield ("data", split, "id"), "datasets", dataset_id
 
 
+def _args(data: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...], str, str, dict[str, Any]]]:
+    """(field path of ``args``, registry kind, id, args) of each plugin the spec passes arguments to."""
+    env = data.get("environment")
+    if isinstance(env, dict) and isinstance(env.get("id"), str) and isinstance(env.get("args", {}), dict):
+        yield ("environment", "args"), "environments", env["id"], env.get("args") or {}
+    for i, reward in enumerate(rewards if isinstance(rewards := data.get("reward"), list) else []):
+        if isinstance(reward, dict) and isinstance(reward.get("id"), str) and isinstance(reward.get("args"), dict):
+            yield ("reward", i, "args"), "rewards", reward["id"], reward["args"]
+    splits: dict[str, Any] = data["data"] if isinstance(data.get("data"), dict) else {}
+    for split in ("train", "eval", "dev"):
+        ds = splits.get(split)
+        if isinstance(ds, dict) and isinstance(ds.get("id"), str) and isinstance(ds.get("args", {}), dict):
+            yield ("data", split, "args"), "datasets", ds["id"], ds.get("args") or {}
+
+
 def _where(loc: tuple[Any, ...], source: str, lines: dict[tuple[Any, ...], int],
            overridden: Mapping[tuple[str, ...], str]) -> str:
     """``--set KEY=VALUE`` when a ``--set`` gave the field (or a mapping above it), else ``file:line``."""
@@ -365,7 +383,8 @@ def parse_spec(data: Any, source: str = "<spec>", lines: dict[tuple[Any, ...], i
     """Validate a spec mapping; raise SpecError with one line per problem, the most specific first.
 
     ``registries`` (kind → registered ids, e.g. ``get_plugins().registries``): also report every environment,
-    tool, reward, tool-call parser and dataset id none of them holds.
+    tool, reward, tool-call parser and dataset id none of them holds, and every ``args`` key or value the plugin
+    it is passed to does not accept (``agentbridge.plugin_args``).
     """
     if not isinstance(data, dict):
         raise SpecError([f"{source}: the spec must be a YAML mapping, got {type(data).__name__}"])
@@ -376,6 +395,12 @@ def parse_spec(data: Any, source: str = "<spec>", lines: dict[tuple[Any, ...], i
         registry = registries.get(kind)
         if registry is not None and id not in registry:
             problems.append((0, f"{_where(loc, source, lines, overridden)}: {field_path(loc)}: {registry.unknown(id)}"))
+    for loc, kind, id, args in _args(data):
+        registry = registries.get(kind)
+        if registry is not None and id in registry:
+            for key, problem in args_problems(kind, registry.get(id), args):
+                at = loc + key
+                problems.append((0, f"{_where(at, source, lines, overridden)}: {field_path(at)}: {problem} ({id})"))
     try:
         spec = Spec.model_validate(data)
     except ValidationError as e:

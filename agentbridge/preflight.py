@@ -1,0 +1,74 @@
+"""What ``agentbridge validate`` checks beyond the spec's own fields: values that parse but would poison a run.
+
+Each check returns one line per problem (empty when fine): the backend must be installed, the model path must
+exist (a builtin, a local directory or a hub id), and the opening prompt — system prompt, tool schemas and a
+sample task — must fit ``agent.max_prompt_tokens``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from agentbridge.models import BUILTIN_MODELS
+from agentbridge.plugins import Plugins
+from agentbridge.spec.models import Spec
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def backend_problems(spec: Spec, plugins: Plugins) -> list[str]:
+    """``backend.name`` must be an installed backend (with did-you-mean)."""
+    name = spec.backend.name
+    if name in plugins.backends:
+        return []
+    installed = ", ".join(plugins.backends.ids()) or "none"
+    return [f"backend.name: {plugins.backends.unknown(name)} (installed: {installed}; a backend is a package: "
+            f"pip install its adapter)"]
+
+
+def model_path_problems(spec: Spec) -> list[str]:
+    """``model.path`` must be a builtin model, an existing local directory, or a hub id (``org/name``)."""
+    path = spec.model.path
+    if path.startswith("builtin:"):
+        if path in BUILTIN_MODELS:
+            return []
+        return [f"model.path: unknown builtin model '{path}' (builtins: {', '.join(BUILTIN_MODELS)})"]
+    local = Path(path).expanduser()
+    if local.exists():
+        return [] if local.is_dir() else [f"model.path: '{path}' is a file; give the model's directory"]
+    if _HUB_ID.match(path) and not path.startswith((".", "~")):
+        return []  # a hub id: the backend's environment downloads it (or finds it in its cache)
+    return [f"model.path: '{path}' does not exist (give a local model directory, a hub id like Qwen/Qwen2.5-0.5B "
+            f"or a builtin: {', '.join(BUILTIN_MODELS)})"]
+
+
+def _local_model(spec: Spec) -> bool:
+    path = spec.model.path
+    return path in BUILTIN_MODELS or Path(path).expanduser().is_dir()
+
+
+def prompt_budget_problems(spec: Spec, plugins: Plugins) -> list[str]:
+    """The opening prompt (system prompt, the tools' schemas, the first task of a data split) must leave room in
+    ``agent.max_prompt_tokens``. Checked only where it is cheap: a builtin or local model's tokenizer."""
+    if not _local_model(spec):
+        return []
+    from agentbridge.models import load_tokenizer
+    from agentbridge.rollout.agent import load_chat_template, load_tasks
+    from agentbridge.rollout.agent_edge import prompt_messages
+    from agentbridge.rollout.renderer import Renderer
+
+    split = next((s for s in ("dev", "eval", "train") if getattr(spec.data, s) is not None), None)
+    tasks = load_tasks(spec, split, size=1, plugins=plugins) if split else []
+    tools: list[dict[str, Any]] = [plugins.tools.get(t).schema() for t in spec.tools]
+    template = load_chat_template(spec.model.chat_template) if spec.model.chat_template else None
+    renderer = Renderer(load_tokenizer(spec.model.path), tools=tools or None, chat_template=template)
+    user = tasks[0].prompt if tasks else None
+    n = len(renderer.render_prompt(prompt_messages(spec.agent.system_prompt, user)))
+    limit = spec.agent.max_prompt_tokens
+    if n <= limit:
+        return []
+    what = "the system prompt, the tools and the first task's prompt" if user else "the system prompt and the tools"
+    return [f"agent.max_prompt_tokens: {what} take {n} tokens, more than {limit}; every episode would end "
+            f"on length before a turn"]
