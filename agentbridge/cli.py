@@ -270,7 +270,13 @@ def check(job_dir: str, runner_kind: str, ray_address: str | None) -> None:
         _forward("ray", job.backend, ["check", "."], address=ray_address, working_dir=Path(job_dir))
     if runner_kind == "env":
         _forward("env", job.backend, ["check", str(Path(job_dir).absolute())])
-    report = _backend(job.backend).validate(job)
+    from agentbridge.preflight import backend_env_problems
+
+    backend = _backend(job.backend)
+    missing = backend_env_problems(Path(job_dir) / "spec.yaml", job.backend, getattr(backend, "module", job.backend))
+    if missing:
+        _fail("\n".join(f"{job_dir}: {p}" for p in missing))
+    report = backend.validate(job)
     for note in report.notes():
         click.echo(f"warning: {job_dir}: {note}", err=True)
     if not report.ok:

@@ -3,8 +3,10 @@ later commands find them.
 
 veRL, OpenRLHF and TRL pin conflicting versions (transformers above all), so each backend gets its own
 interpreter. A recipe is a list of ``pip install`` steps; the CPU variant pins the CPU build of torch (tests, this
-machine), the GPU variant takes the backend's inference engine (clusters). The record lives in
-``$AGENTBRIDGE_HOME/environments.json`` (default ``~/.agentbridge``).
+machine), the GPU variant takes the backend's inference engine (clusters). The record belongs to the project:
+``.agentbridge/environments.json`` in the checkout (the nearest directory above the working directory with
+``.git`` or ``pyproject.toml``), so a second checkout never runs with the first one's environments and source.
+Setting ``$AGENTBRIDGE_HOME`` shares one record (``$AGENTBRIDGE_HOME/environments.json``) between projects instead.
 """
 
 from __future__ import annotations
@@ -47,8 +49,18 @@ class Recipe:
         return hashlib.sha256(json.dumps([self.backend, self.variant, self.steps]).encode()).hexdigest()[:12]
 
 
+def project_root(start: Path | None = None) -> Path:
+    """The checkout the working directory belongs to: the nearest directory with ``.git`` or ``pyproject.toml``
+    (the working directory itself when there is none)."""
+    here = (start or Path.cwd()).absolute()
+    return next((d for d in (here, *here.parents) if (d / ".git").exists() or (d / "pyproject.toml").is_file()),
+                here)
+
+
 def home() -> Path:
-    return Path(os.environ.get("AGENTBRIDGE_HOME") or Path.home() / ".agentbridge")
+    """Where the environment record lives: ``$AGENTBRIDGE_HOME`` when set, else the project's ``.agentbridge``."""
+    explicit = os.environ.get("AGENTBRIDGE_HOME")
+    return Path(explicit) if explicit else project_root() / ".agentbridge"
 
 
 def recorded() -> dict[str, dict[str, str]]:

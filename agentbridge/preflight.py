@@ -1,8 +1,9 @@
 """What ``agentbridge validate`` checks beyond the spec's own fields: values that parse but would poison a run.
 
 Each check returns one line per problem (empty when fine): the backend must be installed, the model path must
-exist (a builtin, a local directory or a hub id), and the opening prompt — system prompt, tool schemas and a
-sample task — must fit ``agent.max_prompt_tokens``.
+exist (a builtin, a local directory or a hub id), the opening prompt — system prompt, tool schemas and a sample
+task — must fit ``agent.max_prompt_tokens``, and (for ``check``) the backend's own environment must have every
+plugin the spec names.
 """
 
 from __future__ import annotations
@@ -72,3 +73,34 @@ def prompt_budget_problems(spec: Spec, plugins: Plugins) -> list[str]:
     what = "the system prompt, the tools and the first task's prompt" if user else "the system prompt and the tools"
     return [f"agent.max_prompt_tokens: {what} take {n} tokens, more than {limit}; every episode would end "
             f"on length before a turn"]
+
+
+_IDS_PROBE = """
+import sys
+from agentbridge.rollout.agent import check_ids
+from agentbridge.spec import load_spec
+print("\\n".join(check_ids(load_spec(sys.argv[1]))))
+"""
+
+
+def backend_env_problems(spec_path: Path, backend: str, module: str) -> list[str]:
+    """Every id of the spec at ``spec_path`` that the backend's own environment cannot resolve (a plugin installed
+    here but not there); empty when the backend runs in this interpreter or has no environment yet."""
+    import subprocess
+    import sys
+
+    from agentbridge.backends import backend_python
+
+    python = backend_python(backend, module)
+    if python is None or Path(python).absolute() == Path(sys.executable).absolute():
+        return []
+    try:
+        result = subprocess.run([python, "-c", _IDS_PROBE, str(spec_path)], capture_output=True, text=True,
+                                timeout=300)
+    except subprocess.TimeoutExpired:
+        return [f"{backend}'s environment ({python}) did not answer within 300 s"]
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return [f"{backend}'s environment ({python}) cannot read the spec: {last}"]
+    return [f"{line} in {backend}'s environment ({python}); `agentbridge backends setup {backend}` installs every "
+            f"plugin installed here" for line in result.stdout.splitlines() if line]
