@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from agentbridge.spec.models import Spec
+from agentbridge.spec.schema import Spec
 
 
 class JobError(RuntimeError):
@@ -145,7 +145,7 @@ def backend_python(name: str, module: str) -> str | None:
     """The interpreter of a backend's environment: this one when ``module`` imports here, else
     ``$AGENTBRIDGE_<NAME>_PYTHON``, else the one ``agentbridge backends setup`` recorded, else
     ``.venv-<name>/bin/python`` in the working directory; None if none."""
-    from agentbridge.environments import recorded
+    from agentbridge.backend_envs import recorded
 
     if importlib.util.find_spec(module) is not None:
         return sys.executable

@@ -247,7 +247,7 @@ def runner_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _forward(runner_kind: str, backend_name: str, argv: list[str], *, address: str | None = None,
              working_dir: Path | None = None) -> None:
     """Run this command line with another runner, print what it printed, exit with its status."""
-    from agentbridge.runners import runner_for
+    from agentbridge.command_runners import runner_for
 
     backend = _backend(backend_name)
     runner = runner_for(runner_kind, backend=backend_name, module=getattr(backend, "module", backend_name),
@@ -296,7 +296,7 @@ def check(job_dir: str, runner_kind: str, ray_address: str | None) -> None:
 def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind: str, no_cache: bool,
           sets: tuple[str, ...]) -> None:
     """Compile SPEC, validate the job, and run it on this machine; writes runs/NAME/."""
-    from agentbridge.runners import runner_for
+    from agentbridge.command_runners import runner_for
 
     if no_cache:  # the job's own process inherits it
         import uuid
@@ -358,7 +358,7 @@ def backends(ctx: click.Context) -> None:
 def backends_setup(name: str, venv: str | None, cpu: bool, extra: tuple[str, ...], dry_run: bool) -> None:
     """Create a pinned environment for backend NAME (with agentbridge and the plugins installed here) and record
     it so later commands find it."""
-    from agentbridge.environments import setup
+    from agentbridge.backend_envs import setup
 
     setup(name, Path(venv or f".venv-{name}"), cpu=cpu, extra=list(extra), dry_run=dry_run, say=click.echo)
 

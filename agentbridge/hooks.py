@@ -26,7 +26,7 @@ import pluggy
 if TYPE_CHECKING:
     from agentbridge.backends import Backend
     from agentbridge.rollout.trajectory import Trajectory
-    from agentbridge.spec.models import Spec
+    from agentbridge.spec.schema import Spec
 
 PROJECT = "agentbridge"
 hookspec = pluggy.HookspecMarker(PROJECT)

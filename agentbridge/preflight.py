@@ -14,7 +14,7 @@ from typing import Any
 
 from agentbridge.models import BUILTIN_MODELS
 from agentbridge.plugins import Plugins
-from agentbridge.spec.models import Spec
+from agentbridge.spec.schema import Spec
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

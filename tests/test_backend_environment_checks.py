@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbridge import environments
+from agentbridge import backend_envs
 from agentbridge.backends import backend_python
 from agentbridge.hooks import hookimpl
 from agentbridge.plugins import get_plugins
@@ -55,10 +55,10 @@ def test_environments_are_recorded_per_checkout(monkeypatch: pytest.MonkeyPatch,
         (tmp_path / name / "sub").mkdir(parents=True)
         (tmp_path / name / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     monkeypatch.chdir(tmp_path / "one" / "sub")
-    environments.record("tiny", {"python": sys.executable})
+    backend_envs.record("tiny", {"python": sys.executable})
     assert json.loads((tmp_path / "one" / ".agentbridge" / "environments.json").read_text())["tiny"]
     assert backend_python("tiny", "no_such_module_here") == sys.executable
     monkeypatch.chdir(tmp_path / "two")
-    assert environments.recorded() == {}  # the second checkout does not see the first one's environments
+    assert backend_envs.recorded() == {}  # the second checkout does not see the first one's environments
     monkeypatch.setenv("AGENTBRIDGE_HOME", str(tmp_path / "one" / ".agentbridge"))  # shared on purpose
-    assert environments.recorded()["tiny"]["python"] == sys.executable
+    assert backend_envs.recorded()["tiny"]["python"] == sys.executable

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentbridge.spec.models import WarmStartSpec
+from agentbridge.spec.schema import WarmStartSpec
 from agentbridge.training.evaluate import EvalResult
 from agentbridge.training.experiment import write_evals
 from agentbridge.training.report import verdicts, write_report

@@ -18,7 +18,7 @@ from agentbridge.rollout.driver import run_episodes
 from agentbridge.rollout.policy import Policy
 from agentbridge.rollout.renderer import Renderer
 from agentbridge.rollout.trajectory import Limits, SamplingParams, Trajectory
-from agentbridge.spec.models import DatasetSpec, Spec
+from agentbridge.spec.schema import DatasetSpec, Spec
 
 
 def check_ids(spec: Spec, plugins: Plugins | None = None) -> list[str]:

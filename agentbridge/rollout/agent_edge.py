@@ -19,7 +19,7 @@ from agentbridge.rewards import PROCESS
 from agentbridge.rollout.trajectory import Limits, Trajectory
 
 if TYPE_CHECKING:
-    from agentbridge.spec.models import Spec
+    from agentbridge.spec.schema import Spec
 
 
 def fit_limits(limits: Limits, *, max_prompt: int | None = None, max_response: int | None = None,

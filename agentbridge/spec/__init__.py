@@ -5,7 +5,7 @@ from typing import Any
 
 from agentbridge.plugin_args import args_schema
 from agentbridge.spec.load import SpecError, apply_overrides, dump_spec, load_spec, parse_spec, spec_hash
-from agentbridge.spec.models import (
+from agentbridge.spec.schema import (
     ALGORITHMS,
     AgentSpec,
     AlgorithmSpec,

@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from agentbridge.plugin_args import args_problems
-from agentbridge.spec.models import Spec
+from agentbridge.spec.schema import Spec
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_VALUES = 10_000

@@ -21,7 +21,7 @@ from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.hf_policy import cache_kwarg, output_cache
 from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.rollout.trajectory import Trajectory
-from agentbridge.spec.models import WarmStartSpec
+from agentbridge.spec.schema import WarmStartSpec
 from agentbridge.training.evaluate import EvalResult
 
 Row = dict[str, list[int]]

@@ -9,7 +9,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from agentbridge.spec.models import Spec
+from agentbridge.spec.schema import Spec
 
 OPENRLHF_PIN = "0.11.2"
 BACKEND = "openrlhf"

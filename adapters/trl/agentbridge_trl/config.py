@@ -7,7 +7,7 @@ from collections.abc import Collection
 from typing import Any
 
 from agentbridge.rewards import PROCESS
-from agentbridge.spec.models import Spec
+from agentbridge.spec.schema import Spec
 
 # How each agentbridge algorithm runs on GRPOTrainer with a custom multi-turn rollout.
 ALGORITHMS: dict[str, dict[str, Any]] = {

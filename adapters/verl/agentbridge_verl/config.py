@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentbridge.spec.models import Spec
+from agentbridge.spec.schema import Spec
 from agentbridge_verl.algorithms import ALGORITHMS, needs_critic
 
 BACKEND = "verl"

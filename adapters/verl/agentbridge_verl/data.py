@@ -13,7 +13,7 @@ from typing import Any
 
 from agentbridge.env import Task
 from agentbridge.rollout.agent_edge import prompt_messages
-from agentbridge.spec.models import Spec
+from agentbridge.spec.schema import Spec
 from agentbridge_verl.config import AGENT_NAME
 
 TASK_KEY = "agentbridge_task"

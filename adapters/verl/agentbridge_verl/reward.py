@@ -11,7 +11,7 @@ from typing import Any
 
 from agentbridge.rollout.agent_edge import component_values, reward_components
 from agentbridge.rollout.trajectory import Trajectory
-from agentbridge.spec.models import Spec
+from agentbridge.spec.schema import Spec
 
 REWARD_INFO_KEY = "reward_extra_info"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import compile_job
 
-from agentbridge.runners import RayJobRunner, runner_for
+from agentbridge.command_runners import RayJobRunner, runner_for
 
 
 def free_port() -> int:

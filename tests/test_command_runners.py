@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import agentbridge.environments as environments
+from agentbridge import backend_envs
 from agentbridge.backends import backend_python
 from agentbridge.cli import main
-from agentbridge.runners import InterpreterRunner, LocalRunner, RayJobRunner, runner_for
+from agentbridge.command_runners import InterpreterRunner, LocalRunner, RayJobRunner, runner_for
 
 
 @pytest.mark.parametrize("runner", [LocalRunner(), InterpreterRunner(sys.executable)], ids=["local", "interpreter"])
@@ -38,36 +38,36 @@ def test_runner_for_needs_an_environment(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 
 def test_recipes_pin_each_backend() -> None:
-    verl = environments.recipe("verl", cpu=True, plugins=["agentbridge-math"])
+    verl = backend_envs.recipe("verl", cpu=True, plugins=["agentbridge-math"])
     assert verl.steps[0] == ["torch==2.13.0"] and verl.steps[1][0] == "torch==2.13.0"
     joined = " ".join(verl.steps[1])
     assert "adapters/verl[backend]" in joined and "[hf]" not in joined  # veRL pins an older transformers
     assert "plugins/math" in joined and "plugins/search" not in joined
-    openrlhf = environments.recipe("openrlhf", cpu=True, plugins=[])
+    openrlhf = backend_envs.recipe("openrlhf", cpu=True, plugins=[])
     assert ["--no-deps", "openrlhf==0.11.2"] in openrlhf.steps and "adapters/openrlhf[cpu]" in " ".join(
         openrlhf.steps[2])
-    gpu = environments.recipe("openrlhf", cpu=False, plugins=[])
+    gpu = backend_envs.recipe("openrlhf", cpu=False, plugins=[])
     assert "openrlhf[vllm]==0.11.2" in gpu.steps[0] and "torch==2.13.0" not in " ".join(gpu.steps[0])
-    assert verl.digest() != environments.recipe("verl", cpu=False, plugins=["agentbridge-math"]).digest()
+    assert verl.digest() != backend_envs.recipe("verl", cpu=False, plugins=["agentbridge-math"]).digest()
     with pytest.raises(ValueError, match="no recipe for 'nope'"):
-        environments.recipe("nope", cpu=True)
+        backend_envs.recipe("nope", cpu=True)
 
 
 def test_setup_creates_checks_and_records_an_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A real venv with a small recipe (agentbridge itself, no dependencies): created, checked, recorded, reused."""
     root = str(Path(__file__).resolve().parents[1])
-    small = environments.Recipe("tiny", "pluggy", "cpu", [["--no-deps", "-e", root, "pluggy"]])
-    monkeypatch.setattr(environments, "recipe", lambda *a, **k: small)
+    small = backend_envs.Recipe("tiny", "pluggy", "cpu", [["--no-deps", "-e", root, "pluggy"]])
+    monkeypatch.setattr(backend_envs, "recipe", lambda *a, **k: small)
     monkeypatch.setenv("AGENTBRIDGE_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     said: list[str] = []
-    python = environments.setup("tiny", tmp_path / "venv", cpu=True, say=said.append)
+    python = backend_envs.setup("tiny", tmp_path / "venv", cpu=True, say=said.append)
     assert python.is_file() and any("step 1/1" in line for line in said)
     saved = json.loads((tmp_path / "home" / "environments.json").read_text())["tiny"]
     assert saved["python"] == str(python.absolute()) and saved["recipe"] == small.digest()
     assert backend_python("tiny", "no_such_module_here") == str(python.absolute())
     said.clear()
-    environments.setup("tiny", tmp_path / "venv", cpu=True, say=said.append)
+    backend_envs.setup("tiny", tmp_path / "venv", cpu=True, say=said.append)
     assert "is up to date" in said[0]
 
 
