@@ -81,11 +81,13 @@ def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None
     from agentbridge.plugins import get_plugins
     from agentbridge.preflight import backend_problems, model_path_problems, prompt_budget_problems
     from agentbridge.rollout.agent import check_ids
+    from agentbridge.training.trackers import missing_trackers
 
     spec = _spec(spec_path, sets)
     plugins = get_plugins()
     problems = [f"{spec_path}: {p}" for p in check_ids(spec, plugins)]
     problems += [f"{spec_path}: {p}" for p in model_path_problems(spec)]
+    problems += [f"{spec_path}: {p}" for p in missing_trackers(spec)]
     name = backend or spec.backend.name
     if name in plugins.backends:
         problems += [f"{spec_path}: {p}" for p in plugins.backends.get(name).check(spec)]
@@ -291,12 +293,16 @@ def check(job_dir: str, runner_kind: str, ray_address: str | None) -> None:
 @click.option("--runner", "runner_kind", type=click.Choice(["local", "env"]), default="local", show_default=True,
               help="local: the backend picks its interpreter; env: force the backend's own environment.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every cache entry the run uses (built models, indexes).")
+@click.option("--overwrite", is_flag=True, help="Delete the run already in the run directory (default: keep it as "
+                                                "DIR@<its start time>).")
 @set_option
 @user_errors
 def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind: str, no_cache: bool,
-          sets: tuple[str, ...]) -> None:
-    """Compile SPEC, validate the job, and run it on this machine; writes runs/NAME/."""
+          overwrite: bool, sets: tuple[str, ...]) -> None:
+    """Compile SPEC, validate the job, and run it on this machine; writes runs/NAME/ (an earlier run there is
+    kept beside it, never deleted, unless --overwrite)."""
     from agentbridge.command_runners import runner_for
+    from agentbridge.runs import keep_earlier_run
 
     if no_cache:  # the job's own process inherits it
         import uuid
@@ -304,6 +310,10 @@ def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind
         os.environ["AGENTBRIDGE_NO_CACHE"] = uuid.uuid4().hex
 
     spec = _spec(spec_path, sets)  # the one parse of the spec: compile, validate and launch use this one
+    from agentbridge.training.trackers import missing_trackers
+
+    if missing := missing_trackers(spec):
+        _fail("\n".join(f"{spec_path}: {line}" for line in missing))
     name = backend_name or spec.backend.name
     backend = _backend(name)
     job = _compile(spec_path, spec, backend, None)
@@ -312,7 +322,11 @@ def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind
         _fail("\n".join(f"{job.path}: {p}" for p in report.problems))
     # local: the backend picks its interpreter (this one, or its recorded environment); env: its environment
     runner = runner_for("env", backend=name, module=getattr(backend, "module", name)) if runner_kind == "env" else None
-    run_dir = backend.launch(job, runner, run_dir=Path(out) if out else Path("runs") / spec.name)
+    target = Path(out) if out else Path("runs") / spec.name
+    kept = keep_earlier_run(target, overwrite=overwrite)
+    if kept is not None:
+        click.echo(f"the earlier run in {target} is kept as {kept}")
+    run_dir = backend.launch(job, runner, run_dir=target)
     click.echo(f"run: {run_dir} (report: {Path(run_dir) / 'report.md'})")
 
 

@@ -123,3 +123,24 @@ def manifest(*, kind: str, spec_hash: str, seed: int, command: list[str] | None 
         "versions": {"agentbridge": __version__, "python": platform.python_version(), **(versions or {})},
         **extra,
     }
+
+
+def keep_earlier_run(run_dir: Path, *, overwrite: bool = False) -> Path | None:
+    """Make ``run_dir`` free for a new run without losing the one it holds: that run moves to
+    ``<run_dir>@<its start time>`` (returned); with ``overwrite`` it is deleted instead. None when it was free."""
+    import shutil
+
+    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+        return None
+    if overwrite:
+        shutil.rmtree(run_dir) if run_dir.is_dir() else run_dir.unlink()
+        return None
+    started = run_dir / "manifest.json"
+    stamp = datetime.fromtimestamp((started if started.exists() else run_dir).stat().st_mtime, UTC)
+    kept = run_dir.with_name(f"{run_dir.name}@{stamp:%Y%m%dT%H%M%S}")
+    n = 1
+    while kept.exists():
+        n += 1
+        kept = run_dir.with_name(f"{run_dir.name}@{stamp:%Y%m%dT%H%M%S}-{n}")
+    run_dir.rename(kept)
+    return kept

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/system-deps.sh
-scripts/install.sh pytest hypothesis ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML
+scripts/install.sh pytest hypothesis ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML "tensorboard>=2.14"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 echo "[test] ruff"
 .venv/bin/ruff check .

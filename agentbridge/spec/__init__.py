@@ -7,12 +7,14 @@ from agentbridge.plugin_args import args_schema
 from agentbridge.spec.load import SpecError, apply_overrides, dump_spec, load_spec, parse_spec, spec_hash
 from agentbridge.spec.schema import (
     ALGORITHMS,
+    TRACKERS,
     AgentSpec,
     AlgorithmSpec,
     BackendSpec,
     DatasetSpec,
     DataSpec,
     EnvironmentSpec,
+    LoggingSpec,
     ModelSpec,
     ResourcesSpec,
     RewardSpec,
@@ -48,6 +50,7 @@ def json_schema(registries: Mapping[str, Any] | None = None) -> dict:
 
 __all__ = [
     "ALGORITHMS", "AgentSpec", "AlgorithmSpec", "BackendSpec", "DataSpec", "DatasetSpec", "EnvironmentSpec",
-    "ModelSpec", "ResourcesSpec", "RewardSpec", "SamplingSpec", "Spec", "SpecError", "WarmStartSpec",
+    "LoggingSpec", "ModelSpec", "ResourcesSpec", "RewardSpec", "SamplingSpec", "Spec", "SpecError", "TRACKERS",
+    "WarmStartSpec",
     "apply_overrides", "dump_spec", "json_schema", "load_spec", "parse_spec", "spec_hash",
 ]

@@ -430,8 +430,8 @@ def load_spec(path: str | Path, sets: list[str] | None = None,
 
 
 def spec_hash(spec: Spec) -> str:
-    """Stable hash of the resolved spec (sha256 of its canonical JSON)."""
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """Stable hash of what the resolved spec trains (sha256 of its canonical JSON; ``logging`` left out)."""
+    canonical = json.dumps(spec.model_dump(mode="json", exclude={"logging"}), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

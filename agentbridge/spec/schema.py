@@ -121,8 +121,28 @@ class BackendSpec(_Strict):
     overrides: dict[str, Any] = Field(default_factory=dict)
 
 
+TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")  # each an optional extra: pip install 'agentbridge[NAME]'
+
+
+class LoggingSpec(_Strict):
+    """Experiment trackers a run writes to, besides its own ``metrics.jsonl``; each configured in the backend's own
+    way (TRL ``report_to``, veRL ``trainer.logger``, OpenRLHF's logger flags) and fed agentbridge's metrics through
+    the ``on_metrics`` hook. Files go under the run directory: ``tensorboard/``, ``wandb/`` (offline unless
+    ``WANDB_MODE`` says otherwise), ``mlruns/`` (unless ``MLFLOW_TRACKING_URI`` is set), ``trackio/``."""
+
+    tensorboard: bool = False
+    wandb: bool = False
+    mlflow: bool = False
+    trackio: bool = False
+    project: str | None = None  # the tracker's project (default: the spec's name)
+
+    def enabled(self) -> list[str]:
+        return [name for name in TRACKERS if getattr(self, name)]
+
+
 class Spec(_Strict):
-    """One agent: model, agent budgets, environment, tools, rewards, data, algorithm, resources, backend."""
+    """One agent: model, agent budgets, environment, tools, rewards, data, algorithm, resources, backend, and the
+    trackers its runs log to (``logging``: not part of the spec hash, it does not change what is trained)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     model: ModelSpec = Field(default_factory=ModelSpec)
@@ -134,6 +154,7 @@ class Spec(_Strict):
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     backend: BackendSpec = Field(default_factory=BackendSpec)
+    logging: LoggingSpec = Field(default_factory=LoggingSpec)
     seed: int = 0
 
     @model_validator(mode="after")

@@ -116,6 +116,10 @@ class OpenRLHFBackend:
             problems.append(Problem("resources", f"the OpenRLHF job asks for {describe_demand(demand)}, more than "
                                     f"{spec.resources.nodes}x{spec.resources.gpus_per_node} = {world_size(spec)}; "
                                     "its placement groups would wait forever"))
+        for tracker in spec.logging.enabled():
+            if tracker != "tensorboard":  # the job always writes TensorBoard events to <run>/tensorboard
+                problems.append(Problem(f"logging.{tracker}", f"the OpenRLHF job logs to TensorBoard only "
+                                        f"(logging.tensorboard); {tracker} runs with the trl or verl backend"))
         if spec.agent.sampling.top_k:
             problems.append(Problem("agent.sampling.top_k", f"OpenRLHF {OPENRLHF_PIN} has no top_k flag (it samples "
                                                             "with top_k=-1); remove it"))

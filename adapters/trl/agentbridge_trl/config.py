@@ -109,7 +109,7 @@ def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
         "activation_checkpointing": bool(opts["gradient_checkpointing"]),
         "logging_steps": 1,
         "save_strategy": "no",
-        "report_to": "none",
+        "report_to": spec.logging.enabled() or "none",  # the run's env places each tracker's files (entry.py)
         "disable_tqdm": True,
         "log_completions": bool(opts["log_completions"]),
         "use_vllm": bool(opts["use_vllm"]),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,14 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     from agentbridge.models import cache_entries_used, load_model
     from agentbridge.plugins import get_plugins
     from agentbridge.rollout.agent import Agent, read_tasks_jsonl
-    from agentbridge.runs import manifest, package_version, text_hash
+    from agentbridge.runs import keep_earlier_run, manifest, package_version, text_hash
     from agentbridge.spec import load_spec, spec_hash
     from agentbridge.training.console import RunConsole, quiet_libraries
     from agentbridge.training.experiment import Experiment
     from agentbridge.training.logger import RunLogger
     from agentbridge.training.report import write_report
+    from agentbridge.training.trackers import PLUGIN_NAME as TRACKERS_PLUGIN
+    from agentbridge.training.trackers import Trackers, tracker_environment
     from agentbridge_trl.config import options as trl_options
     from agentbridge_trl.trainer import build_trainer
 
@@ -36,8 +37,9 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     console = RunConsole(quiet=quiet, every={"GRPO": 5})
     say, progress = console.say, console.progress
     spec = load_spec(job_dir / "spec.yaml")
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
+    kept = keep_earlier_run(run_dir)
+    if kept is not None:
+        say(f"the earlier run in {run_dir} is kept as {kept}")
     run_dir.mkdir(parents=True)
     grpo_kwargs = json.loads((job_dir / "grpo_config.json").read_text())
     grpo_kwargs["output_dir"] = str(run_dir / "trainer")
@@ -73,9 +75,18 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
         def on_row(row: dict[str, float]) -> None:
             update(int(row["step"]), f"reward {row['reward/mean']:.3f}  {row['time/step_s']:.1f}s/step")
 
-        logger = RunLogger(run_dir, prefix="trl", on_row=on_row, plugins=get_plugins())
-        trainer, _ = build_trainer(agent, model, grpo_kwargs, train_tasks, logger)
-        experiment.rl(trainer.train)
+        plugins = get_plugins()
+        trackers = Trackers(spec, run_dir, say=say)  # agentbridge's rows, through on_metrics
+        plugins.register(TRACKERS_PLUGIN, trackers)
+        for key, value in tracker_environment(spec, str(run_dir.absolute()), "trl").items():
+            os.environ.setdefault(key, value)
+        try:
+            logger = RunLogger(run_dir, prefix="trl", on_row=on_row, plugins=plugins)
+            trainer, _ = build_trainer(agent, model, grpo_kwargs, train_tasks, logger)
+            experiment.rl(trainer.train)
+        finally:
+            plugins.unregister(TRACKERS_PLUGIN)
+            trackers.close()
         experiment.evaluate("after_rl")
         model.save_pretrained(run_dir / "model")
         agent.tokenizer.save_pretrained(run_dir / "model")

@@ -13,6 +13,7 @@ from agentbridge import adapter_kit as kit
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.spec import Spec, dump_spec
 from agentbridge.training.phases import launch_lines
+from agentbridge.training.trackers import tracker_env_lines
 from agentbridge_verl import VERL_PIN, __version__
 from agentbridge_verl.algorithms import ALGORITHMS, GROUPED, NOTES
 from agentbridge_verl.config import (
@@ -148,6 +149,7 @@ def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
         'ROOT="${ROOT:-$JOB}"',
         *_model_lines(spec),
         f"RUN_DIR=\"${{RUN_DIR:-runs/{spec.name}}}\"",
+        *tracker_env_lines(spec, "$RUN_DIR", "verl"),
         *before,
         f"\"$PYTHON\" -m verl.trainer.main_ppo --config-path \"$JOB\" --config-name {CONFIG_NAME} \\",
         f"  {paths} \\",

@@ -121,12 +121,13 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
         "reward.custom_reward_function.name": "compute_score",
         "reward.reward_manager.name": "naive",
         "reward.num_workers": int(opts["reward_workers"]),
-        "trainer.project_name": "agentbridge",
+        "trainer.project_name": spec.logging.project or "agentbridge",
         "trainer.experiment_name": spec.name,
         "trainer.nnodes": spec.resources.nodes,
         "trainer.n_gpus_per_node": n_gpus_per_node(spec),
         "trainer.total_training_steps": algo.steps,
-        "trainer.logger": list(opts["logger"]),
+        # backend.options.logger plus the spec's trackers (logging:), each once
+        "trainer.logger": list(dict.fromkeys([*opts["logger"], *spec.logging.enabled()])),
         "trainer.save_freq": int(opts["save_freq"]),
         # a HF model beside the FSDP shards: agentbridge evaluates the trained actor from it (after_rl)
         "actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"],
