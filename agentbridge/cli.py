@@ -79,7 +79,7 @@ def schema() -> None:
 def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None:
     """Check SPEC, resolve every id against the registries, and check the backend's capabilities."""
     from agentbridge.plugins import get_plugins
-    from agentbridge.preflight import backend_problems, model_path_problems, prompt_budget_problems
+    from agentbridge.preflight import backend_problems, model_path_problems, prompt_budget_problems, scale_warnings
     from agentbridge.rollout.agent import check_ids
     from agentbridge.training.trackers import missing_trackers
 
@@ -100,6 +100,8 @@ def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None
         problems += [f"{spec_path}: {p}" for p in prompt_budget_problems(spec, plugins)]
     for err in plugins.errors:
         click.echo(f"warning: {err}", err=True)
+    for line in scale_warnings(spec):
+        click.echo(f"warning: {spec_path}: {line}", err=True)
     if problems:
         _fail("\n".join(problems))
     if name in plugins.backends:  # what this backend's training math does differently (algorithm conformance)

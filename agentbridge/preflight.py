@@ -104,3 +104,22 @@ def backend_env_problems(spec_path: Path, backend: str, module: str) -> list[str
         return [f"{backend}'s environment ({python}) cannot read the spec: {last}"]
     return [f"{line} in {backend}'s environment ({python}); `agentbridge backends setup {backend}` installs every "
             f"plugin installed here" for line in result.stdout.splitlines() if line]
+
+
+def scale_warnings(spec: Spec) -> list[str]:
+    """Settings sized for a builtin CPU model that a real model would not train well with (warnings, not errors):
+    the recipes of veRL, OpenRLHF and TRL use learning rates around 1e-6 and turns of hundreds of tokens."""
+    if spec.model.path.startswith("builtin:"):
+        return []
+    out = []
+    if spec.algorithm.lr > 1e-5:
+        out.append(f"algorithm.lr {spec.algorithm.lr:g} is sized for a builtin CPU model; the backends' recipes "
+                   f"train real models at about 1e-6")
+    ws = spec.algorithm.warm_start
+    if ws is not None and ws.lr > 1e-4:
+        out.append(f"algorithm.warm_start.lr {ws.lr:g} is sized for a builtin CPU model; SFT of a real model "
+                   f"uses about 1e-5")
+    if spec.agent.max_tokens_per_turn < 128:
+        out.append(f"agent.max_tokens_per_turn {spec.agent.max_tokens_per_turn} is sized for a builtin CPU model; "
+                   f"a real model's turns (reasoning, tool calls) need hundreds of tokens")
+    return out

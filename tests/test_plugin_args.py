@@ -110,3 +110,15 @@ def test_validate_accepts_hub_ids_and_the_examples() -> None:
 
     spec = load_spec("examples/calculator.yaml", ["model.path=Qwen/Qwen2.5-0.5B-Instruct"])
     assert model_path_problems(spec) == []
+
+
+def test_validate_warns_when_builtin_sized_settings_meet_a_real_model() -> None:
+    from agentbridge.preflight import scale_warnings
+
+    assert scale_warnings(load_spec("examples/calculator.yaml")) == []
+    spec = load_spec("examples/calculator.yaml", ["model.path=Qwen/Qwen2.5-3B-Instruct"])
+    assert [line.split(" ")[0] for line in scale_warnings(spec)] == ["algorithm.lr", "algorithm.warm_start.lr",
+                                                                     "agent.max_tokens_per_turn"]
+    result = CliRunner().invoke(main, ["validate", "examples/calculator.yaml", "--set",
+                                       "model.path=Qwen/Qwen2.5-3B-Instruct"])
+    assert result.exit_code == 0 and "warning: examples/calculator.yaml: algorithm.lr 0.0001 is sized" in result.output

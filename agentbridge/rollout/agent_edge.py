@@ -4,6 +4,7 @@
 * :func:`prompt_messages`: the messages that open a task's episode (the spec's system prompt, then the user).
 * :func:`reward_components` / :func:`component_values`: the reward components a job's samples carry, and their
   values for one episode.
+* :class:`ErrorRateGuard`: stops a run whose episodes keep ending in error (``agent.max_error_rate``).
 
 The empty-episode fallback is :func:`agentbridge.rollout.training.episode_sample`; whether a model is a
 vision-language model is :func:`agentbridge.models.is_vlm`.
@@ -68,3 +69,28 @@ def component_values(traj: Trajectory, components: list[str]) -> dict[str, float
         if base in values:
             values[base] += float(value)
     return values
+
+
+class TooManyErrors(ValueError):
+    """More episodes ended in error than ``agent.max_error_rate`` allows (one line: the rate and the first error)."""
+
+
+class ErrorRateGuard:
+    """Stops a run whose episodes keep failing: over the last ``window`` episodes (once that many were seen), a
+    share ending in ``error`` above ``max_rate`` raises :class:`TooManyErrors`. Every backend's rollout records
+    each episode here, so a dead environment or tool server ends the run with one line, not with a model trained
+    on reward-0 episodes."""
+
+    def __init__(self, max_rate: float, window: int = 32) -> None:
+        self.max_rate = max_rate
+        self.window = window
+        self.recent: list[str | None] = []  # the error of each recent episode, None when it did not fail
+
+    def record(self, traj: Trajectory) -> None:
+        failed = traj.finish_reason == "error"
+        self.recent = [*self.recent, (traj.error or "error") if failed else None][-self.window:]
+        errors = [e for e in self.recent if e is not None]
+        if self.max_rate < 1 and len(self.recent) >= self.window and len(errors) / self.window > self.max_rate:
+            first = errors[0].splitlines()[0] if errors[0] else "error"
+            raise TooManyErrors(f"{len(errors)} of the last {self.window} episodes ended in error, more than "
+                                f"agent.max_error_rate {self.max_rate:g}; the first: {first}")

@@ -32,6 +32,9 @@ class AgentSpec(_Strict):
     max_response_tokens: PositiveInt = Field(2048, description="Budget for everything after the prompt")
     max_tokens_per_turn: PositiveInt = 256
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    max_error_rate: float = Field(0.5, ge=0, le=1, description=(
+        "Stop training when more than this share of recent episodes ended in error (a broken environment, tool "
+        "server or template), instead of training on reward-0 episodes; 1 never stops"))
 
     @model_validator(mode="after")
     def _budgets(self) -> AgentSpec:

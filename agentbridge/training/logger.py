@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentbridge.rollout.agent_edge import ErrorRateGuard
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.runs import append_jsonl, episode_metrics
 
@@ -37,7 +38,7 @@ class RunLogger:
     """
 
     def __init__(self, run_dir: Path, *, prefix: str, on_row: Callable[[dict[str, float]], None] | None = None,
-                 plugins: Any = None) -> None:
+                 plugins: Any = None, max_error_rate: float = 1.0) -> None:
         self.run_dir = run_dir
         self.prefix = prefix
         self.pending: list[Trajectory] = []
@@ -46,8 +47,12 @@ class RunLogger:
         self.on_row = on_row
         self.plugins = plugins
         self.rows: list[dict[str, float]] = []
+        self.errors = ErrorRateGuard(max_error_rate)
 
     def add_batch(self, trajs: list[Trajectory], rollout_s: float) -> None:
+        """Keep a batch's episodes for the step's row; raises ``TooManyErrors`` past ``max_error_rate``."""
+        for t in trajs:
+            self.errors.record(t)
         self.pending += trajs
         self.rollout_s += rollout_s
 

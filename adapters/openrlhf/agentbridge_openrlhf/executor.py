@@ -18,7 +18,7 @@ from openrlhf.utils.agent import AgentExecutorBase
 
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.agent_edge import component_values, fit_limits, reward_components
+from agentbridge.rollout.agent_edge import ErrorRateGuard, component_values, fit_limits, reward_components
 from agentbridge.rollout.renderer import Renderer
 from agentbridge.rollout.training import TrainingSequence, episode_metrics, episode_sample
 from agentbridge.rollout.trajectory import FINISH_REASONS, Generation, SamplingParams, Trajectory
@@ -116,6 +116,7 @@ class AgentbridgeExecutor(AgentExecutorBase):
         self._agent: Agent | None = None
         # the latest episodes, for inspection (tests, debugging): $AGENTBRIDGE_OPENRLHF_KEEP of them, default 0
         self.recent: deque[Trajectory] = deque(maxlen=int(os.environ.get("AGENTBRIDGE_OPENRLHF_KEEP") or 0))
+        self.errors = ErrorRateGuard(self.spec.agent.max_error_rate)
 
     def agent(self, hf_tokenizer: Any) -> Agent:
         """The spec's agent, built once per engine actor with OpenRLHF's tokenizer (or VLM processor)."""
@@ -146,6 +147,7 @@ class AgentbridgeExecutor(AgentExecutorBase):
         agent.limits = fit_limits(agent.limits, max_total=max_length)
         traj = (await agent.run([task], EnginePolicy(llm_engine, sampling_params), concurrency=1))[0]
         self.recent.append(traj)
+        self.errors.record(traj)
         mm = None
         if traj.images and getattr(hf_tokenizer, "image_processor", None) is not None:
             mm = dict(hf_tokenizer.image_processor(images=traj.images, return_tensors="pt"))

@@ -81,7 +81,8 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
         for key, value in tracker_environment(spec, str(run_dir.absolute()), "trl").items():
             os.environ.setdefault(key, value)
         try:
-            logger = RunLogger(run_dir, prefix="trl", on_row=on_row, plugins=plugins)
+            logger = RunLogger(run_dir, prefix="trl", on_row=on_row, plugins=plugins,
+                               max_error_rate=spec.agent.max_error_rate)
             trainer, _ = build_trainer(agent, model, grpo_kwargs, train_tasks, logger)
             experiment.rl(trainer.train)
         finally:

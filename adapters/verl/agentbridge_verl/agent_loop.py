@@ -15,7 +15,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.agent_edge import fit_limits
+from agentbridge.rollout.agent_edge import ErrorRateGuard, fit_limits
 from agentbridge.rollout.training import episode_metrics, episode_sample
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import load_spec
@@ -80,6 +80,14 @@ def to_output(traj: Trajectory, agent: Agent, prompt_length: int, response_lengt
     )
 
 
+_GUARDS: dict[str, ErrorRateGuard] = {}
+
+
+def error_guard(spec_path: str, max_rate: float) -> ErrorRateGuard:
+    """One guard per spec in this worker process (veRL builds an agent loop per sample)."""
+    return _GUARDS.setdefault(spec_path, ErrorRateGuard(max_rate))
+
+
 class AgentBridgeAgentLoop(AgentLoopBase):
     """Runs one agentbridge episode per veRL sample: same tokens, masks, rewards and metrics as every backend."""
 
@@ -96,6 +104,7 @@ class AgentBridgeAgentLoop(AgentLoopBase):
         task = task_from_row(kwargs.get("extra_info"))
         policy = ServerPolicy(self.server_manager, sampling_params)
         (traj,) = await self.agent.run([task], policy, concurrency=1)
+        error_guard(self.spec_path, self.agent.spec.agent.max_error_rate).record(traj)
         preempted = policy.num_preempted if policy.calls else -1
         return to_output(traj, self.agent, self.rollout_config.prompt_length, self.rollout_config.response_length,
                          logprobs=bool(sampling_params.get("logprobs", True)), num_preempted=preempted,
