@@ -6,7 +6,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from agentbridge.rewards import PROCESS
+from agentbridge.rollout.agent_edge import reward_components as core_reward_components
 from agentbridge.spec.schema import Spec
 
 # How each agentbridge algorithm runs on GRPOTrainer with a custom multi-turn rollout.
@@ -71,8 +71,10 @@ def reward_key(component: str) -> str:
 
 
 def reward_components(spec: Spec) -> list[tuple[str, float]]:
-    """(component, weight) for each reward TRL will log: the spec's rewards, then the process reward."""
-    return [(r.id, r.weight) for r in spec.reward] + [(PROCESS, 1.0)]
+    """(component, weight) for each reward TRL will log, in the core's order (``agent_edge.reward_components``:
+    the spec's rewards, then the process reward, weight 1)."""
+    weights = {r.id: r.weight for r in spec.reward}
+    return [(name, weights.get(name, 1.0)) for name in core_reward_components(spec)]
 
 
 def world_size(spec: Spec) -> int:
