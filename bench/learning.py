@@ -5,7 +5,7 @@ given — or reads finished run directories (``--runs``), then draws ``learning.
 held-out success at the wall time each checkpoint was reached, plus the warm start's dev checks) and prints the
 arms, RL's gain, the paired p-values and their spread over seeds as a Markdown table.
 
-    python bench/learning.py --seeds 0 1 2 --out bench/learning           # three fresh runs, ~12 min each
+    python bench/learning.py --seeds 0 1 2 --out bench/learning           # three fresh runs, 6-10 min each
     python bench/learning.py --runs runs/calculator --out /tmp/learning   # an existing run
 """
 
