@@ -70,3 +70,15 @@ def test_image_flags_follow_the_model(example: dict[str, Any]) -> None:
         assert args.algo.advantage.estimator == "group_norm" and not args.ds.packing_samples  # no critic, packing
     else:
         assert args.data.max_images_per_prompt == 0
+
+
+def test_reasoning_gym_example_passes_openrlhfs_validator(tmp_path: Any) -> None:
+    """The reasoning-gym bridge (plugins/reasoning_gym) compiles for OpenRLHF unchanged and passes its validator."""
+    if importlib.util.find_spec("agentbridge_reasoning_gym") is None:
+        pytest.fail("agentbridge_reasoning_gym is not installed in this environment; "
+                    "run bash adapters/openrlhf/test.sh", pytrace=False)
+    spec = load_spec("examples/reasoning_gym.yaml", ["data.train.size=8", "data.eval.size=4"])
+    backend = OpenRLHFBackend()
+    assert backend.check(spec) == []
+    report = backend.validate(backend.compile(spec, tmp_path / "job"))
+    assert report.ok, [str(p) for p in report.problems]

@@ -89,3 +89,14 @@ def test_text_model_gets_no_image_checks(tmp_path: Path) -> None:
                           "backend.overrides.data.return_multi_modal_inputs=false")
     report: Any = VerlBackend().validate(job)
     assert report.ok and report.details == {}, [str(p) for p in report.problems]
+
+
+def test_reasoning_gym_example_passes_veRLs_validators(tmp_path: Path) -> None:
+    """The reasoning-gym bridge (plugins/reasoning_gym) compiles for veRL unchanged and passes its validators."""
+    if importlib.util.find_spec("agentbridge_reasoning_gym") is None:
+        pytest.fail("agentbridge_reasoning_gym is not installed in this environment; run bash adapters/verl/test.sh",
+                    pytrace=False)
+    job = compile_example("examples/reasoning_gym.yaml", tmp_path / "job")
+    assert job.manifest["tasks"] == {"train": 8, "eval": 4}
+    report = VerlBackend().validate(job)
+    assert report.ok, [str(p) for p in report.problems]
