@@ -333,6 +333,7 @@ class _Checker:
         where = f"task {task.id}: expert"
         turns: list[Turn] = []
         parse_errors = 0
+        step_metrics: dict[str, float] = {}  # summed over steps, as the driver does: rewards may read them
         for n in range(1, max_turns + 1):
             try:
                 text = env.expert_action()
@@ -354,6 +355,8 @@ class _Checker:
             if failed:
                 self.add(f"{where} turn {n}", f"a tool call failed: {failed[0][:200]}")
             messages = [*messages, action, *result.observation]
+            for key, value in result.metrics.items():
+                step_metrics[key] = step_metrics.get(key, 0.0) + float(value)
             turns.append(Turn(text=text, tool_calls=[dict(c) for c in action.get("tool_calls") or []],
                               observations=list(result.observation), reward=float(result.reward)))
             if result.done:
@@ -362,7 +365,8 @@ class _Checker:
             self.add(where, f"did not end the episode within {max_turns} turns")
             return
         traj = Trajectory(task_id=task.id, prompt_ids=[], turns=turns, finish_reason="done", messages=messages,
-                          metrics={"tools/parse_errors": float(parse_errors), "episode/turns": float(len(turns))})
+                          metrics={**step_metrics, "tools/parse_errors": float(parse_errors),
+                                   "episode/turns": float(len(turns))})
         for name, fn in rewards.items():
             await self.score(where, name, fn, traj, task, solved_at)
 

@@ -72,12 +72,14 @@ def test_image_flags_follow_the_model(example: dict[str, Any]) -> None:
         assert args.data.max_images_per_prompt == 0
 
 
-def test_reasoning_gym_example_passes_openrlhfs_validator(tmp_path: Any) -> None:
-    """The reasoning-gym bridge (plugins/reasoning_gym) compiles for OpenRLHF unchanged and passes its validator."""
-    if importlib.util.find_spec("agentbridge_reasoning_gym") is None:
-        pytest.fail("agentbridge_reasoning_gym is not installed in this environment; "
-                    "run bash adapters/openrlhf/test.sh", pytrace=False)
-    spec = load_spec("examples/reasoning_gym.yaml", ["data.train.size=8", "data.eval.size=4"])
+@pytest.mark.parametrize(("example", "module"), [("examples/reasoning_gym.yaml", "agentbridge_reasoning_gym"),
+                                               ("examples/gymnasium.yaml", "agentbridge_gymnasium")])
+def test_bridge_examples_pass_openrlhfs_validator(example: str, module: str, tmp_path: Any) -> None:
+    """The reasoning-gym and Gymnasium bridges (plugins/) compile for OpenRLHF unchanged and pass its validator."""
+    if importlib.util.find_spec(module) is None:
+        pytest.fail(f"{module} is not installed in this environment; run bash adapters/openrlhf/test.sh",
+                    pytrace=False)
+    spec = load_spec(example, ["data.train.size=8", "data.eval.size=4"])
     backend = OpenRLHFBackend()
     assert backend.check(spec) == []
     report = backend.validate(backend.compile(spec, tmp_path / "job"))

@@ -91,12 +91,13 @@ def test_text_model_gets_no_image_checks(tmp_path: Path) -> None:
     assert report.ok and report.details == {}, [str(p) for p in report.problems]
 
 
-def test_reasoning_gym_example_passes_veRLs_validators(tmp_path: Path) -> None:
-    """The reasoning-gym bridge (plugins/reasoning_gym) compiles for veRL unchanged and passes its validators."""
-    if importlib.util.find_spec("agentbridge_reasoning_gym") is None:
-        pytest.fail("agentbridge_reasoning_gym is not installed in this environment; run bash adapters/verl/test.sh",
-                    pytrace=False)
-    job = compile_example("examples/reasoning_gym.yaml", tmp_path / "job")
+@pytest.mark.parametrize(("example", "module"), [("examples/reasoning_gym.yaml", "agentbridge_reasoning_gym"),
+                                               ("examples/gymnasium.yaml", "agentbridge_gymnasium")])
+def test_bridge_examples_pass_veRLs_validators(example: str, module: str, tmp_path: Path) -> None:
+    """The reasoning-gym and Gymnasium bridges (plugins/) compile for veRL unchanged and pass its validators."""
+    if importlib.util.find_spec(module) is None:
+        pytest.fail(f"{module} is not installed in this environment; run bash adapters/verl/test.sh", pytrace=False)
+    job = compile_example(example, tmp_path / "job")
     assert job.manifest["tasks"] == {"train": 8, "eval": 4}
     report = VerlBackend().validate(job)
     assert report.ok, [str(p) for p in report.problems]
