@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -112,13 +112,15 @@ def first_line(e: BaseException) -> str:
 @dataclass
 class JobCheck:
     """The shared start of a backend validator. ``ready``: the spec loaded, the backend package imports and the
-    model and tokenizer load, so the backend's own checks can run."""
+    model resolves, so the backend's own checks can run. For a hub id that is not on this machine ``model`` is the
+    id, ``tokenizer`` is None and ``skipped`` says which checks could not run (those reading the model's files)."""
 
     spec: Spec | None
     problems: list[Problem]
     ready: bool
-    model: str = ""  # the resolved model path
+    model: str = ""  # the resolved model path (or the hub id)
     tokenizer: Any = None
+    skipped: list[str] = field(default_factory=list)
 
 
 def begin_validation(job_dir: Path, backend: Any, *, pin: str, install: str, spec: Spec | None = None) -> JobCheck:
@@ -140,22 +142,28 @@ def begin_validation(job_dir: Path, backend: Any, *, pin: str, install: str, spe
     version = metadata.version(module)
     if version != pin:
         problems.append(Problem(module, f"version {version} is installed; this adapter is built for {pin}"))
-    from agentbridge.models import ModelError, load_tokenizer, resolve_model_path
+    from agentbridge.models import ModelError, is_hub_id, load_tokenizer, resolve_model_path
 
     try:
         model = str(resolve_model_path(spec.model.path))
         tokenizer = load_tokenizer(spec.model.path)
     except (ModelError, OSError, ValueError) as e:
+        if is_hub_id(spec.model.path):  # the job a GPU user writes: validate all that needs no model files
+            return JobCheck(spec, problems, True, spec.model.path, None, [
+                f"model.path {spec.model.path}: not on this machine (no download here); the checks that read its "
+                f"files were skipped: chat template and prompt rendering, image processor"])
         problems.append(Problem("model.path", first_line(e).removeprefix("model.path: ")))
         return JobCheck(spec, problems, False)
     return JobCheck(spec, problems, True, model, tokenizer)
 
 
 def agent_check(spec: Spec, tokenizer: Any) -> tuple[Any, list[Problem]]:
-    """The driver's Agent for the job (None when the spec cannot build one), and one problem per way its chat
-    template cannot render the episodes."""
+    """The driver's Agent for the job (None when the spec cannot build one, or without a tokenizer: a hub id not on
+    this machine), and one problem per way its chat template cannot render the episodes."""
     from agentbridge.rollout.agent import Agent
 
+    if tokenizer is None:
+        return None, []
     try:
         agent = Agent(spec, tokenizer)
     except ValueError as e:

@@ -303,8 +303,28 @@ def _builtin_dir(name: str) -> Path:
     return target
 
 
-def resolve_model_path(path: str) -> Path:
-    """Map ``model.path`` (a builtin name or a local model directory) to a local directory."""
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def is_hub_id(path: str) -> bool:
+    """Whether ``model.path`` reads as a hub id (``org/name``) rather than a local path."""
+    return bool(_HUB_ID.match(path)) and not Path(path).expanduser().exists()
+
+
+def _hub_cache_dir(repo_id: str) -> Path | None:
+    """The local snapshot of a hub model in the Hugging Face cache (never downloads), or None."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def resolve_model_path(path: str, *, download: bool = False) -> Path:
+    """Map ``model.path`` (a builtin name, a local model directory, or a hub id already in the Hugging Face cache)
+    to a local directory. ``download``: fetch a hub id that is not cached yet (unless ``HF_HUB_OFFLINE`` is set) —
+    what a run on a GPU machine does; checks never download."""
     if path.startswith("builtin:"):
         if path not in BUILTIN_MODELS:
             known = ", ".join(BUILTIN_MODELS)
@@ -313,6 +333,13 @@ def resolve_model_path(path: str) -> Path:
     local = Path(path).expanduser()
     if (local / "config.json").is_file():
         return local
+    cached = _hub_cache_dir(path) if is_hub_id(path) else None
+    if cached is not None:
+        return cached
+    if download and is_hub_id(path) and os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("1", "true", "yes"):
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(path))
     raise ModelError(f"model.path: '{path}' is not a local model directory (no config.json) and not a "
                      f"builtin ({', '.join(BUILTIN_MODELS)}); hub ids cannot be downloaded here")
 
@@ -375,7 +402,7 @@ def load_image_processor(path: str | Path) -> Any:
     Without torchvision, transformers falls back to the PIL implementation; that fallback is asked for directly
     here so no warning is printed.
     """
-    local = resolve_model_path(str(path))
+    local = resolve_model_path(str(path), download=True)
     config = local / "preprocessor_config.json"
     if not config.is_file():
         return None
@@ -397,7 +424,7 @@ def load_model(path: str, seed: int = 0) -> Any:
     """
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    local = resolve_model_path(path)
+    local = resolve_model_path(path, download=True)
     auto = AutoModelForImageTextToText if is_vlm(local) else AutoModelForCausalLM
     model = auto.from_pretrained(local)
     if path.startswith("builtin:") and seed != 0:
@@ -414,4 +441,4 @@ def load_tokenizer(path: str) -> Any:
     """``AutoTokenizer`` for a builtin name or local model directory."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_model_path(path))
+    return AutoTokenizer.from_pretrained(resolve_model_path(path, download=True))

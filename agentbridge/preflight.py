@@ -8,15 +8,12 @@ plugin the spec names.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-from agentbridge.models import BUILTIN_MODELS
+from agentbridge.models import BUILTIN_MODELS, is_hub_id
 from agentbridge.plugins import Plugins
 from agentbridge.spec.schema import Spec
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def backend_problems(spec: Spec, plugins: Plugins) -> list[str]:
@@ -39,7 +36,7 @@ def model_path_problems(spec: Spec) -> list[str]:
     local = Path(path).expanduser()
     if local.exists():
         return [] if local.is_dir() else [f"model.path: '{path}' is a file; give the model's directory"]
-    if _HUB_ID.match(path) and not path.startswith((".", "~")):
+    if is_hub_id(path) and not path.startswith((".", "~")):
         return []  # a hub id: the backend's environment downloads it (or finds it in its cache)
     return [f"model.path: '{path}' does not exist (give a local model directory, a hub id like Qwen/Qwen2.5-0.5B "
             f"or a builtin: {', '.join(BUILTIN_MODELS)})"]

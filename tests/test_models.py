@@ -235,3 +235,20 @@ def test_no_cache_rebuilds_each_entry_once_per_run(tiny_cache: Path, monkeypatch
     assert models.cache_entries_used()["builtin:tiny"] == str(path)
     monkeypatch.delenv("AGENTBRIDGE_NO_CACHE")
     assert resolve_model_path("builtin:tiny") == path and (path / "agentbridge.json").stat().st_mtime_ns == rebuilt
+
+
+def test_a_hub_id_in_the_hugging_face_cache_resolves_without_download(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """A GPU user's hub id: found in the local Hugging Face cache (never downloaded by a check)."""
+    snapshot = tmp_path / "models--org--tiny" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "models--org--tiny" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    assert resolve_model_path("org/tiny") == snapshot
+    with pytest.raises(ModelError, match="'org/other' is not a local model directory"):
+        resolve_model_path("org/other")

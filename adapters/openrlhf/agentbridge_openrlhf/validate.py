@@ -175,6 +175,8 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
                                  install="run `agentbridge backends setup openrlhf` (flags change between patch "
                                          "releases)")
     problems, spec, model, tokenizer = start.problems, start.spec, start.model, start.tokenizer
+    if skipped is not None:
+        skipped += start.skipped
     if not start.ready or spec is None:
         return problems
     try:
@@ -183,7 +185,8 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
     except ArgsError as e:
         return [*problems, Problem("launch.sh", f"OpenRLHF {OPENRLHF_PIN} rejects the command line: {e}")]
     problems += _silent_checks(spec, args, argv, job_dir, tokenizer)
-    problems += _vlm_checks(model, args)
+    if tokenizer is not None:  # a hub id not on this machine has no config to read (said in skipped)
+        problems += _vlm_checks(model, args)
     return problems
 
 
@@ -220,7 +223,7 @@ def _silent_checks(spec: Any, args: Any, argv: list[str], job_dir: Path, tokeniz
         out.append(Problem("data.max_len", f"{max_len} < agent.max_prompt_tokens + agent.max_response_tokens "
                                            f"({need}); OpenRLHF would cut episodes the driver let through"))
     try:
-        longest, task_id = longest_prompt(spec, tokenizer)
+        longest, task_id = longest_prompt(spec, tokenizer) if tokenizer is not None else (0, "")
     except Exception as e:  # noqa: BLE001 - a broken environment or template is one line
         return [*out, Problem("spec", f"cannot render the prompts: {type(e).__name__}: {str(e).splitlines()[0]}")]
     if longest > a.max_prompt_tokens:

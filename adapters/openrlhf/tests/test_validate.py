@@ -89,3 +89,18 @@ def test_an_image_budget_for_a_text_model_is_reported(tmp_path: Path) -> None:
     problems = _validate(OpenRLHFBackend().compile(spec, tmp_path / "job").path)
     assert len(problems) == 1 and problems[0].startswith("data.max_images_per_prompt: 2 images per prompt, but "
                                                          "OpenRLHF loads") and "as a text model" in problems[0]
+
+
+def test_a_hub_id_job_is_validated_as_far_as_no_model_files_allow(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job a GPU user writes (a hub id this machine has not got): OpenRLHF's parser runs, the checks that read
+    the model's files are skipped and said."""
+    from agentbridge_openrlhf.validate import validate_job
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = load_spec("examples/calculator.yaml", ["model.path=Qwen/Qwen2.5-0.5B-Instruct", "data.train.size=8",
+                                                  "data.eval.size=4"])
+    job = OpenRLHFBackend().compile(spec, tmp_path / "job")
+    skipped: list[str] = []
+    assert validate_job(job.path, skipped) == []
+    assert skipped[0].startswith("model.path Qwen/Qwen2.5-0.5B-Instruct: not on this machine")

@@ -22,6 +22,8 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
     start = kit.begin_validation(job_dir, TrlBackend(), pin=TRL_PIN, spec=spec,
                                  install="install agentbridge-trl[backend] or run `agentbridge check --runner env`")
     problems = start.problems
+    if skipped is not None:
+        skipped += start.skipped
     if not start.ready or start.spec is None:
         return problems
     from agentbridge_trl.config import make_grpo_config

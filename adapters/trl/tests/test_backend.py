@@ -140,3 +140,14 @@ def test_another_backends_options_are_noted_not_applied(tmp_path: Path, small_se
     assert "trainer.total_epochs" not in config
     own = load_spec("examples/calculator.yaml", [*small_sets, "backend.options={rollout_n_gpus: 2}"])
     assert [p.where for p in backend.check(own)] == ["backend.options.rollout_n_gpus"]
+
+
+def test_a_hub_id_job_is_validated_as_far_as_no_model_files_allow(tmp_path: Path, small_sets: list[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job a GPU user writes (a hub id this machine has not got) passes check, saying what it skipped."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = load_spec("examples/calculator.yaml", [*small_sets, "model.path=Qwen/Qwen2.5-0.5B-Instruct"])
+    job = TrlBackend().compile(spec, tmp_path / "job")
+    report = TrlBackend().validate(job)
+    assert report.ok, [str(p) for p in report.problems]
+    assert report.details["skipped"][0].startswith("model.path Qwen/Qwen2.5-0.5B-Instruct: not on this machine")

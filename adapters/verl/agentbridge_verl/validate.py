@@ -79,8 +79,9 @@ def legacy_keys(job_keys: dict[str, Any]) -> list[Problem]:
     return problems
 
 
-def _dataclasses(cfg: Any) -> list[Problem]:
-    """Build the typed configs ``main_ppo``'s workers build (ref keys remapped like ``engine_workers``)."""
+def _dataclasses(cfg: Any, model_files: bool = True) -> list[Problem]:
+    """Build the typed configs ``main_ppo``'s workers build (ref keys remapped like ``engine_workers``).
+    Without ``model_files`` (a hub id not on this machine) the model's config is left out: veRL reads its files."""
     from omegaconf import open_dict
     from verl.trainer.ppo.utils import need_critic
     from verl.utils.config import omega_conf_to_dataclass
@@ -95,6 +96,8 @@ def _dataclasses(cfg: Any) -> list[Problem]:
         ref.ppo_max_token_len_per_gpu = ref.pop("log_prob_max_token_len_per_gpu", None)
     parts = {"algorithm": cfg.algorithm, "actor_rollout_ref.actor": arr.actor, "actor_rollout_ref.rollout":
              arr.rollout, "actor_rollout_ref.model": arr.model, "actor_rollout_ref.ref": ref}
+    if not model_files:
+        parts.pop("actor_rollout_ref.model")
     if need_critic(cfg):
         parts["critic"] = cfg.critic
     problems = []
@@ -266,6 +269,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Prob
                                  install=f"install agentbridge-verl[backend] (verl=={VERL_PIN}) or run "
                                          "`agentbridge backends setup verl`")
     problems, spec, model = start.problems, start.spec, start.model
+    skipped += start.skipped
     if not start.ready or spec is None:
         return problems
     from hydra import compose, initialize_config_dir
@@ -293,8 +297,13 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Prob
         OmegaConf.resolve(cfg)
     except Exception as e:  # noqa: BLE001
         return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"veRL's validate_config rejects it: {_first_line(e)}")]
-    problems += _dataclasses(cfg) + _algorithm(cfg) + _reward(cfg) + _agent_loop(job_dir, cfg) + _trainer_path(cfg)
+    if start.tokenizer is None:
+        skipped.append("actor_rollout_ref.model: veRL's model config reads the model's files; not built here")
+    problems += _dataclasses(cfg, model_files=start.tokenizer is not None) + _algorithm(cfg) + _reward(cfg)
+    problems += _agent_loop(job_dir, cfg) + _trainer_path(cfg)
     agent, agent_problems = kit.agent_check(spec, start.tokenizer)
+    if start.tokenizer is None:  # a hub id not on this machine: no processor to build (said in skipped)
+        return problems + agent_problems
     return problems + agent_problems + _images(model, cfg, agent, skipped)
 
 

@@ -78,3 +78,17 @@ def test_the_default_v1_trainer_needs_transfer_queue(small_job: Job, tmp_path: P
     assert "backend.overrides {trainer: {use_v1: false}}" in problems[0].message
     legacy = compile_job(tmp_path / "job", "backend.overrides.trainer.use_v1=false")
     assert validate_job(legacy.path) == []
+
+
+def test_a_hub_id_job_is_validated_as_far_as_no_model_files_allow(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job a GPU user writes (a hub id this machine has not got): veRL's config checks run, the model's are
+    skipped, and each skipped check is said."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    job = compile_job(tmp_path / "job", "model.path=Qwen/Qwen2.5-0.5B-Instruct")
+    skipped: list[str] = []
+    assert validate_job(job.path, skipped) == []
+    assert skipped[0].startswith("model.path Qwen/Qwen2.5-0.5B-Instruct: not on this machine")
+    assert any(line.startswith("actor_rollout_ref.model:") for line in skipped)
+    broken = compile_job(tmp_path / "broken", "model.path=Qwen/Qwen2.5-0.5B-Instruct", "algorithm.group_size=1")
+    assert validate_job(broken.path, [])  # the checks that need no model still find problems
