@@ -18,7 +18,7 @@ from agentbridge.env import Message, StepResult, Task
 from agentbridge.tools import ToolEnvironment, ToolSpec, tool
 from agentbridge_gui import page
 from agentbridge_gui.browser import Browser, BrowserError, BrowserPool, shared_pool
-from agentbridge_gui.expert import next_action
+from agentbridge_gui.expert import EXPERT_TASKS, next_action
 from agentbridge_gui.page import MAX_TYPE_CHARS, TASK_HEIGHT, TASK_WIDTH, ActionError, PageState
 
 Observation = Literal["screenshot", "dom", "both"]
@@ -276,7 +276,11 @@ class MiniWoBEnv(ToolEnvironment):
 
     # ---- scripted expert ----
     def expert_action(self) -> str | None:
-        """The next tool call of a DOM-reading expert (click, type, submit), or a final answer."""
+        """The next tool call of a DOM-reading expert (click, type, submit), or a final answer. A task without an
+        expert is an error naming the tasks that have one (the scripted policy never plays a dummy answer)."""
+        if self.task_name not in EXPERT_TASKS:
+            raise ValueError(f"MiniWoB task '{self.task_name}' has no scripted expert (experts: "
+                             f"{', '.join(EXPERT_TASKS)})")
         if self.state is None or self._finished:
             return "<answer>done</answer>"
         step = next_action(self.task_name, self.state)

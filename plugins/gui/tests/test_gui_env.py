@@ -209,3 +209,11 @@ def test_check_environment(pool: BrowserPool, observation: str) -> None:
     succeeds, bad actions are survived."""
     check_environment(functools.partial(MiniWoBEnv, observation=observation, pool=pool),
                       [task("click-button", 4), task("enter-text", 5)], rewards={"gui/success": task_reward})
+
+
+def test_a_task_without_an_expert_is_a_clear_error_for_the_scripted_policy() -> None:
+    from agentbridge_gui.env import MiniWoBEnv
+
+    env = MiniWoBEnv(task="book-flight")
+    with pytest.raises(ValueError, match="MiniWoB task 'book-flight' has no scripted expert \\(experts: click-test"):
+        env.expert_action()
