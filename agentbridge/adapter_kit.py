@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -176,8 +177,11 @@ def run_validator(job: Job, backend: Any, validator: str) -> Report:
     imports here, else in the backend's environment (:func:`validate_in`), else one line saying how to get one."""
     if importlib.util.find_spec(backend.module) is not None:
         skipped: list[str] = []
-        problems = importlib.import_module(validator).validate_job(job.path, skipped, spec=job.spec)
-        return Report(ok=not problems, problems=problems, details={"skipped": skipped} if skipped else {})
+        semantics: dict[str, str] = {}
+        validate_job = importlib.import_module(validator).validate_job
+        extra = {"semantics": semantics} if "semantics" in inspect.signature(validate_job).parameters else {}
+        problems = validate_job(job.path, skipped, spec=job.spec, **extra)
+        return Report(ok=not problems, problems=problems, details=_details(skipped, semantics))
     python = backend_python(backend.name, backend.module)
     if python is None:
         return Report(ok=False, problems=[Problem(backend.name, (
@@ -190,21 +194,28 @@ def run_validator(job: Job, backend: Any, validator: str) -> Report:
 def validate_in(python: str, validator: str, job: Job) -> Report:
     """Run ``python -m <validator> JOB --json`` (a backend's validator, in that backend's environment).
 
-    The validator prints ``{"problems": [[where, message], ...], "skipped": [line, ...]}`` as its last line
-    (:func:`validator_main`); anything else is reported as one line.
+    The validator prints ``{"problems": [[where, message], ...], "skipped": [line, ...], "semantics": {...}}`` as
+    its last line (:func:`validator_main`); anything else is reported as one line.
     """
     result = subprocess.run([python, "-m", validator, str(job.path), "--json"], capture_output=True, text=True)
     try:
         verdict = json.loads(result.stdout.strip().splitlines()[-1])
         problems = [Problem(where, message) for where, message in verdict["problems"]]
         skipped = [str(line) for line in verdict["skipped"]]
-    except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError):
+        semantics = {str(k): str(v) for k, v in (verdict.get("semantics") or {}).items()}
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError, AttributeError):
         tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
         return Report(ok=False, problems=[Problem(job.backend, f"the validator failed in {python}: {tail}")])
-    return Report(ok=not problems, problems=problems, details={"skipped": skipped} if skipped else {})
+    return Report(ok=not problems, problems=problems, details=_details(skipped, semantics))
 
 
-def validator_main(validate_job: Callable[[Path, list[str]], list[Problem]], prog: str,
+def _details(skipped: list[str], semantics: dict[str, str]) -> dict[str, Any]:
+    """A report's details: the checks that could not run, and what the job will do by the backend's own config
+    (``semantics``: aspect -> one line, see :data:`agentbridge.compare.semantics.ASPECTS`)."""
+    return {**({"skipped": skipped} if skipped else {}), **({"semantics": semantics} if semantics else {})}
+
+
+def validator_main(validate_job: Callable[..., list[Problem]], prog: str,
                    argv: list[str] | None = None) -> int:
     """A validator module's command line, ``prog JOB [--json]``: one line per problem on stderr, one ``skipped:``
     line per check this environment could not run (with ``--json``: the object :func:`validate_in` reads, on
@@ -216,9 +227,12 @@ def validator_main(validate_job: Callable[[Path, list[str]], list[Problem]], pro
         print(f"usage: {prog} JOB [--json]", file=sys.stderr)
         return 2
     skipped: list[str] = []
-    problems = validate_job(Path(jobs[0]), skipped)
+    semantics: dict[str, str] = {}
+    extra = {"semantics": semantics} if "semantics" in inspect.signature(validate_job).parameters else {}
+    problems = validate_job(Path(jobs[0]), skipped, **extra)
     if as_json:
-        print(json.dumps({"problems": [[p.where, p.message] for p in problems], "skipped": skipped}))
+        print(json.dumps({"problems": [[p.where, p.message] for p in problems], "skipped": skipped,
+                          "semantics": semantics}))
     else:
         for line in [*(f"skipped: {s}" for s in skipped), *(f"{jobs[0]}: {p}" for p in problems)]:
             print(line, file=sys.stderr)

@@ -6,6 +6,7 @@ veRL is validated in its own environment (.venv-verl, created by adapters/verl/t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -36,6 +37,11 @@ def test_compare_trains_what_it_can_and_reports_every_backend(tmp_path: Path) ->
     assert "<td>ok</td>" in verl_row and "not run here: verl trains on GPUs" in verl_row
     assert "<td>not installed</td>" in backends.split("<td>nope</td>")[1]
     assert (tmp_path / "report" / "reward.png").is_file()
+    # what each job will do, read from TRL's GRPOConfig and veRL's composed config: the same DAPO math
+    semantics = page.split("<table class='semantics'>")[1].split("</table>")[0]
+    assert "<th>trl</th><th>verl</th>" in semantics
+    differs = re.findall(r"<tr class='differs'><th[^>]*>([^<]+)</th>", semantics)
+    assert not {"advantage", "loss aggregation", "clip", "KL", "sampling", "optimizer"} & set(differs), differs
 
 
 def test_compare_conformance_puts_the_algorithm_and_step_results_in_the_report(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ class Outcome:
     run: str = "-"
     run_dir: Path | None = None
     problems: list[str] = field(default_factory=list)
+    semantics: dict[str, str] = field(default_factory=dict)  # what the job will do, by the backend's own config
 
     def row(self) -> dict[str, str]:
         return {"backend": self.backend, "compile": self.compile, "validate": self.validate,
@@ -53,6 +54,7 @@ def _one(spec: Spec, name: str, out: Path, *, conformance: bool, train: bool, sa
     result.compile = f"ok: {job.path}"
     say(f"[{name}] validate")
     report = backend.validate(job)
+    result.semantics = dict(report.details.get("semantics") or {})
     result.validate = "ok" if report.ok else f"{len(report.problems)} problem(s)"
     result.problems += [f"{name}: validate: {p}" for p in report.problems]
     if conformance:
@@ -124,5 +126,7 @@ def compare_backends(spec: Spec, names: list[str], out: Path, *, conformance: bo
             failed.run = "failed"
             outcomes.append(failed)
     runs = [o.run_dir for o in outcomes if o.run_dir is not None]
-    path, report_problems = write_report(runs, out / "report", backends=[o.row() for o in outcomes])
+    semantics = {o.backend: o.semantics for o in outcomes if o.semantics}
+    path, report_problems = write_report(runs, out / "report", backends=[o.row() for o in outcomes],
+                                         semantics=semantics)
     return path, outcomes, [p for o in outcomes for p in o.problems] + report_problems

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentbridge.compare.semantics import semantics_table
 from agentbridge.runs import read_jsonl
 
 # (metric, y label, file) drawn against the step, one line per run
@@ -149,11 +150,12 @@ def _backend_table(rows: list[dict[str, str]]) -> str:
     return f"<h2>Backends</h2><table class='backends'><tr>{head}</tr>{body}</table>"
 
 
-def write_report(run_dirs: list[Path], out_dir: Path,
-                 backends: list[dict[str, str]] | None = None) -> tuple[Path, list[str]]:
+def write_report(run_dirs: list[Path], out_dir: Path, backends: list[dict[str, str]] | None = None,
+                 semantics: dict[str, dict[str, str]] | None = None) -> tuple[Path, list[str]]:
     """Draw the comparison into ``out_dir``; returns ``report.html`` and the problem/warning lines.
 
-    ``backends``: optional rows (one per backend: compile, validate, conformance, run) drawn as a table first.
+    ``backends``: optional rows (one per backend: compile, validate, conformance, run) drawn as a table first;
+    ``semantics``: what each backend's job will do (backend -> aspect -> line), drawn side by side next.
     """
     problems: list[str] = []
     runs = [r for r in (_load(Path(p), problems) for p in run_dirs) if r is not None]
@@ -171,8 +173,10 @@ def write_report(run_dirs: list[Path], out_dir: Path,
                    "</figure>" for n, t in figures)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>agentbridge report</title><style>"
             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-            "padding:4px 8px}figure{display:inline-block;margin:1em}</style></head><body>"
+            "padding:4px 8px}figure{display:inline-block;margin:1em}tr.differs td{background:#fde2c8}"
+            "</style></head><body>"
             f"<h1>agentbridge report: {len(runs)} run(s)</h1>{_backend_table(backends or [])}"
+            f"{semantics_table(semantics or {})}"
             f"<table><tr>{head}</tr>{body}</table>"
             f"{'<h2>Problems</h2><ul>' + notes + '</ul>' if notes else ''}{imgs}{_RENDER_CHECK}</body></html>")
     path = out_dir / "report.html"

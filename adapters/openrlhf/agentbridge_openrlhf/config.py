@@ -160,6 +160,7 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         "algo.advantage.estimator": estimator(spec),
         "actor.adam.lr": algo.lr,
         "actor.lr_warmup_ratio": round(algo.warmup_steps / algo.steps, 6),
+        "actor.lr_scheduler": "constant_with_warmup",  # as the TRL and veRL jobs (OpenRLHF defaults to a cosine decay)
         "algo.kl.init_coef": algo.kl_coef,
         "train.seed": spec.seed,
         "actor.num_nodes": model_nodes,

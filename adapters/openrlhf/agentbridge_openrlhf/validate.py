@@ -166,8 +166,46 @@ def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
     return _LONGEST[key]
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
-    """OpenRLHF's parser and post-parse checks on the job's command line, then agentbridge's checks."""
+def semantics_of(args: Any) -> dict[str, str]:
+    """What OpenRLHF will do, read from its parsed arguments: the aspects of ``agentbridge.compare.semantics``, in
+    their shared words, then `` · `` and OpenRLHF's own names."""
+    def f(name: str) -> Any:
+        return _flag(args, name)
+
+    low, high = f("actor.eps_clip_low_high")
+    estimator = f("algo.advantage.estimator")
+    advantage = {"group_norm": "r - group mean", "rloo": "r - mean of the others", "dr_grpo": "r - group mean",
+                 "reinforce": "whitened returns", "reinforce_baseline": "r - group mean, whitened",
+                 "gae": "GAE"}.get(estimator, str(estimator))
+    if estimator == "group_norm":
+        advantage += ", no std" if f("algo.advantage.no_std_norm") else ", / group std"
+    kl = "none"
+    if float(f("algo.kl.init_coef") or 0) > 0:
+        where = "in the loss" if f("algo.kl.use_loss") else "in the reward"
+        kl = f"{f('algo.kl.estimator')} {where}, coef {f('algo.kl.init_coef')}"
+    top_k = f("rollout.top_k")
+    level = "sequence" if f("actor.policy_loss_type") == "gspo" else "token"
+    return {
+        "advantage": f"{advantage} · estimator {estimator}",
+        "loss aggregation": str(f("actor.loss_agg_mode")),
+        "clip": f"({low}, {high}) on {level} ratios · policy_loss_type {f('actor.policy_loss_type')}",
+        "KL": kl,
+        "group filtering": (f"groups outside reward range {f('algo.dynamic_filtering_range')} dropped"
+                            if f("algo.dynamic_filtering_enable") else "none"),
+        "sampling": f"temperature {f('rollout.temperature')}, top_p {f('rollout.top_p')}, "
+                    f"top_k {top_k if top_k not in (None, -1) else 'off'}",
+        "lengths": f"prompt + response {f('data.max_len')} tokens, {f('rollout.max_new_tokens')} new tokens per turn",
+        "optimizer": f"lr {f('actor.adam.lr')}, {str(f('actor.lr_scheduler')).removesuffix('_with_warmup')} after "
+                     f"warmup · warmup ratio {f('actor.lr_warmup_ratio')}, {f('actor.lr_scheduler')}",
+        "batch": f"{f('rollout.batch_size')} prompts x {f('rollout.n_samples_per_prompt')} samples · train batch "
+                 f"{f('train.batch_size')} samples, {f('actor.max_epochs') or 1} epoch(s)",
+    }
+
+
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
+                 semantics: dict[str, str] | None = None) -> list[Problem]:
+    """OpenRLHF's parser and post-parse checks on the job's command line, then agentbridge's checks; ``semantics``
+    receives what the parsed command line will do (:func:`semantics_of`)."""
     from agentbridge_openrlhf.backend import OpenRLHFBackend
 
     job_dir = Path(job_dir)
@@ -184,6 +222,8 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
         args = parse_args(argv)
     except ArgsError as e:
         return [*problems, Problem("launch.sh", f"OpenRLHF {OPENRLHF_PIN} rejects the command line: {e}")]
+    if semantics is not None:
+        semantics.update(semantics_of(args))
     problems += _silent_checks(spec, args, argv, job_dir, tokenizer)
     if tokenizer is not None:  # a hub id not on this machine has no config to read (said in skipped)
         problems += _vlm_checks(model, args)

@@ -104,3 +104,16 @@ def test_a_hub_id_job_is_validated_as_far_as_no_model_files_allow(tmp_path: Path
     skipped: list[str] = []
     assert validate_job(job.path, skipped) == []
     assert skipped[0].startswith("model.path Qwen/Qwen2.5-0.5B-Instruct: not on this machine")
+
+
+def test_validate_says_what_the_job_will_do_from_the_parsed_arguments(calculator_job: Path) -> None:
+    from agentbridge.compare.semantics import ASPECTS, shared
+    from agentbridge_openrlhf.validate import validate_job
+
+    semantics: dict[str, str] = {}
+    assert validate_job(calculator_job, [], semantics=semantics) == []
+    assert list(semantics) == list(ASPECTS)
+    assert shared(semantics["advantage"]) == "r - group mean, / group std"
+    assert shared(semantics["clip"]) == "(0.2, 0.28) on token ratios"
+    # a constant learning rate after warmup, as TRL and veRL (OpenRLHF's default would decay it)
+    assert shared(semantics["optimizer"]) == "lr 0.0001, constant after warmup"

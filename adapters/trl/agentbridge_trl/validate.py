@@ -8,14 +8,43 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from agentbridge import adapter_kit as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 
+LOSS_AGGREGATION = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean over the local batch",
+                    "dr_grpo": "seq-mean-token-sum-norm (max_completion_length)"}
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
-    """GRPOConfig builds, the model path resolves, the tokenizer's chat template renders tool calls."""
+
+def semantics_of(config: Any) -> dict[str, str]:
+    """What TRL will do, read from the built GRPOConfig: the aspects of ``agentbridge.compare.semantics``, in their
+    shared words, then `` · `` and TRL's own names."""
+    c = config
+    norm = {"group": ", / group std", "batch": ", / batch std"}.get(str(c.scale_rewards), ", no std")
+    high = c.epsilon_high if c.epsilon_high is not None else c.epsilon
+    schedule = getattr(c.lr_scheduler_type, "value", c.lr_scheduler_type)
+    return {
+        "advantage": f"r - group mean{norm} · scale_rewards {c.scale_rewards}",
+        "loss aggregation": f"{LOSS_AGGREGATION.get(c.loss_type, c.loss_type)} · loss_type {c.loss_type}",
+        "clip": f"({c.epsilon}, {high}) on {c.importance_sampling_level} ratios",
+        "KL": f"k3 in the loss, coef {c.beta}" if c.beta else "none",
+        "group filtering": "none",
+        "sampling": f"temperature {c.temperature}, top_p {c.top_p}, top_k {c.top_k or 'off'}",
+        "lengths": f"completion {c.max_completion_length} tokens"
+                   + (" · truncated completions masked" if c.mask_truncated_completions else ""),
+        "optimizer": f"lr {c.learning_rate}, {str(schedule).removesuffix('_with_warmup')} after warmup · "
+                     f"{c.warmup_steps} warmup steps, {schedule}",
+        "batch": f"{c.per_device_train_batch_size // c.num_generations} prompts x {c.num_generations} samples · per "
+                 f"device; {c.num_iterations} update(s) per generation, accumulation {c.gradient_accumulation_steps}",
+    }
+
+
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
+                 semantics: dict[str, str] | None = None) -> list[Problem]:
+    """GRPOConfig builds, the model path resolves, the tokenizer's chat template renders tool calls; ``semantics``
+    receives what the GRPOConfig will do (:func:`semantics_of`)."""
     from agentbridge_trl.backend import TRL_PIN, TrlBackend
 
     job_dir = Path(job_dir)
@@ -31,9 +60,12 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
     kwargs = json.loads((job_dir / "grpo_config.json").read_text())
     kwargs["output_dir"] = str(job_dir / "validate-trainer")
     try:
-        make_grpo_config(kwargs)
+        config = make_grpo_config(kwargs)
     except (TypeError, ValueError) as e:
         problems.append(Problem("grpo_config.json", f"GRPOConfig rejects it: {str(e).splitlines()[0]}"))
+    else:
+        if semantics is not None:
+            semantics.update(semantics_of(config))
     return problems + kit.agent_check(start.spec, start.tokenizer)[1]
 
 

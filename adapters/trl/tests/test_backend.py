@@ -151,3 +151,13 @@ def test_a_hub_id_job_is_validated_as_far_as_no_model_files_allow(tmp_path: Path
     report = TrlBackend().validate(job)
     assert report.ok, [str(p) for p in report.problems]
     assert report.details["skipped"][0].startswith("model.path Qwen/Qwen2.5-0.5B-Instruct: not on this machine")
+
+
+def test_validate_says_what_the_job_will_do_from_the_grpo_config(tmp_path: Path, small_sets: list[str]) -> None:
+    from agentbridge.compare.semantics import ASPECTS, shared
+
+    job = TrlBackend().compile(load_spec("examples/calculator.yaml", small_sets), tmp_path / "job")
+    semantics = TrlBackend().validate(job).details["semantics"]
+    assert list(semantics) == list(ASPECTS)
+    assert shared(semantics["clip"]) == "(0.2, 0.28) on token ratios"  # dapo's clip-higher
+    assert shared(semantics["loss aggregation"]) == "token-mean" and semantics["KL"] == "none"

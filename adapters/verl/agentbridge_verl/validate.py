@@ -251,17 +251,56 @@ def compose_job(job_dir: Path, spec: Any, model: str) -> Any:
         return compose(config_name=CONFIG_NAME, overrides=overrides)
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
+                 semantics: dict[str, str] | None = None) -> list[Problem]:
     """Every problem veRL (or agentbridge's side of the job) finds, one line each; veRL's chatter muted.
 
-    A check this environment cannot run fully appends one line saying so to ``skipped``.
+    A check this environment cannot run fully appends one line saying so to ``skipped``; ``semantics`` receives
+    what the composed config will do (:func:`semantics_of`).
     """
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        return _validate(Path(job_dir), [] if skipped is None else skipped, spec)
+        return _validate(Path(job_dir), [] if skipped is None else skipped, spec,
+                         {} if semantics is None else semantics)
 
 
-def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Problem]:
+KL_ESTIMATORS = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
+
+
+def semantics_of(cfg: Any) -> dict[str, str]:
+    """What veRL will do, read from the composed config: the aspects of ``agentbridge.compare.semantics``, in its
+    shared words, then `` · `` and veRL's own names."""
+    a, actor, r = cfg.algorithm, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    grouped = a.adv_estimator in ("grpo", "dapo", "grpo_passk", "gspo")
+    advantage = {"grpo": "r - group mean", "rloo": "r - mean of the others", "reinforce_plus_plus":
+                 "whitened returns", "gae": "GAE"}.get(a.adv_estimator, str(a.adv_estimator))
+    if grouped:
+        advantage += ", / group std" if a.get("norm_adv_by_std_in_grpo", True) else ", no std"
+    kl = []
+    if actor.get("use_kl_loss"):
+        kl.append(f"{KL_ESTIMATORS.get(actor.kl_loss_type, actor.kl_loss_type)} in the loss, coef {actor.kl_loss_coef}")
+    if a.get("use_kl_in_reward"):
+        kl.append(f"{KL_ESTIMATORS.get(a.kl_penalty, a.kl_penalty)} in the reward, coef {a.kl_ctrl.kl_coef}")
+    level = "sequence" if actor.policy_loss.loss_mode == "gspo" else "token"
+    optim = actor.optim
+    schedule = optim.get("lr_scheduler_type") or optim.get("warmup_style")
+    return {
+        "advantage": f"{advantage} · adv_estimator {a.adv_estimator}",
+        "loss aggregation": str(actor.loss_agg_mode),
+        "clip": f"({actor.clip_ratio_low}, {actor.clip_ratio_high}) on {level} ratios · "
+                f"loss_mode {actor.policy_loss.loss_mode}",
+        "KL": "; ".join(kl) or "none",
+        "group filtering": "groups with equal rewards dropped" if a.filter_groups.get("enable") else "none",
+        "sampling": f"temperature {r.temperature}, top_p {r.top_p}, top_k {r.top_k if r.top_k > 0 else 'off'}",
+        "lengths": f"prompt {cfg.data.max_prompt_length}, response {cfg.data.max_response_length} tokens",
+        "optimizer": f"lr {optim.lr}, {str(schedule).removesuffix('_with_warmup')} after warmup · "
+                     f"{optim.lr_warmup_steps} warmup steps, {schedule}",
+        "batch": f"{cfg.data.train_batch_size} prompts x {r.n} samples · mini-batch {actor.ppo_mini_batch_size} "
+                 f"prompts, {actor.ppo_epochs} epoch(s)",
+    }
+
+
+def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: dict[str, str]) -> list[Problem]:
     from agentbridge_verl.backend import VerlBackend
 
     job_dir = Path(job_dir).resolve()
@@ -297,6 +336,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Prob
         OmegaConf.resolve(cfg)
     except Exception as e:  # noqa: BLE001
         return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"veRL's validate_config rejects it: {_first_line(e)}")]
+    semantics.update(semantics_of(cfg))
     if start.tokenizer is None:
         skipped.append("actor_rollout_ref.model: veRL's model config reads the model's files; not built here")
     problems += _dataclasses(cfg, model_files=start.tokenizer is not None) + _algorithm(cfg) + _reward(cfg)

@@ -92,3 +92,14 @@ def test_a_hub_id_job_is_validated_as_far_as_no_model_files_allow(tmp_path: Path
     assert any(line.startswith("actor_rollout_ref.model:") for line in skipped)
     broken = compile_job(tmp_path / "broken", "model.path=Qwen/Qwen2.5-0.5B-Instruct", "algorithm.group_size=1")
     assert validate_job(broken.path, [])  # the checks that need no model still find problems
+
+
+def test_validate_says_what_the_job_will_do_from_the_composed_config(small_job: Job) -> None:
+    from agentbridge.compare.semantics import ASPECTS, shared
+
+    semantics: dict[str, str] = {}
+    assert validate_job(small_job.path, [], semantics=semantics) == []
+    assert list(semantics) == list(ASPECTS)
+    assert shared(semantics["advantage"]) == "r - group mean, / group std"
+    assert shared(semantics["clip"]) == "(0.2, 0.28) on token ratios"  # the example's dapo
+    assert shared(semantics["optimizer"]) == "lr 0.0001, constant after warmup"
