@@ -8,6 +8,9 @@ would trip over later, one line per problem::
     def test_environment() -> None:
         check_environment(MyEnv, tasks=my_tasks("train", size=4), rewards={"my/exact": exact})
 
+:func:`short_training_run` trains a spec for a few CPU steps with ``agentbridge train`` (what a plugin's tests use
+to show its environment trains end to end) and returns the run's metric rows.
+
 :func:`logical_gpu_cluster` and :class:`TimedRay` let a backend's tests drive its multi-node placement on a CPU
 machine: a local Ray cluster whose raylets declare GPUs no CUDA stands behind, and a ``ray`` whose ``get`` gives
 up instead of waiting forever on a placement group that cannot be placed.
@@ -31,7 +34,7 @@ from agentbridge.rollout.parsers import HermesParser, ToolCallParser
 from agentbridge.rollout.trajectory import Trajectory, Turn
 
 __all__ = ["EnvironmentCheckError", "TimedRay", "check_environment", "environment_problems",
-           "environment_problems_async", "logical_gpu_cluster"]
+           "environment_problems_async", "logical_gpu_cluster", "short_training_run"]
 
 ROLES = ("system", "user", "assistant", "tool")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style function calling accepts
@@ -437,3 +440,22 @@ class TimedRay:
         import ray
 
         return ray.get(refs, timeout=self.wait if timeout is None else timeout)
+
+
+SHORT_RUN = ["algorithm.steps=2", "algorithm.batch_size=2", "data.train.size=64", "data.eval.size=8"]
+
+
+def short_training_run(spec: str, run_dir: Any, sets: Sequence[str] = (), *, timeout_s: float = 900) -> list[dict]:
+    """``agentbridge train SPEC -o RUN_DIR`` for a few CPU steps (:data:`SHORT_RUN`, then ``sets``), in a process of
+    its own; returns the rows of ``metrics.jsonl``. Fails with the run's last output lines when it fails."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    args = [sys.executable, "-m", "agentbridge.cli", "train", str(spec), "-o", str(run_dir)]
+    for item in [*SHORT_RUN, *sets]:
+        args += ["--set", item]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+    if result.returncode != 0:
+        raise AssertionError(f"agentbridge train {spec} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line.strip()]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from click.testing import CliRunner
 from agentbridge.cli import main
 from agentbridge.env import Task
 from agentbridge.rewards import PROCESS
-from agentbridge.testing import check_environment
+from agentbridge.testing import check_environment, short_training_run
 from agentbridge_gymnasium.env import GymTextEnv, parse_action, solved
 from agentbridge_gymnasium.tasks import gym_episodes
 
@@ -72,16 +70,10 @@ def test_the_example_compiles_for_every_backend(backend: str, tmp_path: Path) ->
 
 
 def test_a_short_training_run_on_cpu(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    sets = ["algorithm.steps=2", "algorithm.batch_size=2", "data.train.size=64", "data.eval.size=8",
-            "data.dev.size=8", "algorithm.warm_start.demos=32", "algorithm.warm_start.max_steps=4",
-            "algorithm.warm_start.dev_every=2", "algorithm.warm_start.batch_size=16"]
-    args = [sys.executable, "-m", "agentbridge.cli", "train", SPEC, "-o", str(run)]
-    for s in sets:
-        args += ["--set", s]
-    res = subprocess.run(args, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = short_training_run(SPEC, tmp_path / "run", ["data.dev.size=8", "algorithm.warm_start.demos=32",
+                                                       "algorithm.warm_start.max_steps=4",
+                                                       "algorithm.warm_start.dev_every=2",
+                                                       "algorithm.warm_start.batch_size=16"])
     assert [r["step"] for r in rows] == [1, 2] and all("reward/gym/solved" in r for r in rows)
     assert all(f"reward/{PROCESS}" in r for r in rows)  # the env's per-step rewards
-    assert {"before_training", "before_rl", "after_rl"} <= set(json.loads((run / "eval.json").read_text()))
+    assert {"before_training", "before_rl", "after_rl"} <= set(json.loads((tmp_path / "run" / "eval.json").read_text()))

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.rollout.trajectory import Trajectory, Turn
 from agentbridge.spec import SpecError, load_spec
+from agentbridge.testing import short_training_run
 from agentbridge_reasoning_gym.env import verified_score
 from agentbridge_reasoning_gym.tasks import rg_tasks, split_of
 
@@ -81,17 +80,11 @@ def test_the_example_compiles_for_every_backend(backend: str, tmp_path: Path) ->
 
 
 def test_a_short_training_run_on_cpu(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    sets = ["algorithm.steps=2", "algorithm.batch_size=2", "data.train.size=64", "data.eval.size=8",
-            "data.dev.size=8", "algorithm.warm_start.demos=64", "algorithm.warm_start.max_steps=4",
-            "algorithm.warm_start.dev_every=2", "algorithm.warm_start.batch_size=16"]
-    args = [sys.executable, "-m", "agentbridge.cli", "train", SPEC, "-o", str(run)]
-    for s in sets:
-        args += ["--set", s]
-    res = subprocess.run(args, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = short_training_run(SPEC, tmp_path / "run", ["data.dev.size=8", "algorithm.warm_start.demos=64",
+                                                       "algorithm.warm_start.max_steps=4",
+                                                       "algorithm.warm_start.dev_every=2",
+                                                       "algorithm.warm_start.batch_size=16"])
     assert [r["step"] for r in rows] == [1, 2] and all("reward/rg/verified" in r for r in rows)
-    evals = json.loads((run / "eval.json").read_text())
+    evals = json.loads((tmp_path / "run" / "eval.json").read_text())
     assert {"before_training", "before_rl", "after_rl", "paired"} <= set(evals)
     assert all(evals[arm]["n"] == 8 for arm in ("before_training", "after_rl"))
