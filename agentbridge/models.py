@@ -420,16 +420,17 @@ def load_model(path: str, seed: int = 0) -> Any:
     """The trainable model for ``model.path``: a causal LM, or an image-text-to-text model for a VLM.
 
     A builtin model is a random init: seed 0 is the cached one, another seed draws a fresh init of the same
-    architecture (so a run's seed covers both data order and initialization).
+    architecture (so a run's seed covers both data order and initialization). Weights load in float32 whatever
+    the checkpoint stores (transformers 5 would keep a bf16 checkpoint in bf16): the optimizer keeps fp32 master
+    weights, and bf16 on a GPU comes from autocast, so small updates are not rounded away.
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     local = resolve_model_path(path, download=True)
     auto = AutoModelForImageTextToText if is_vlm(local) else AutoModelForCausalLM
-    model = auto.from_pretrained(local)
+    model = auto.from_pretrained(local, dtype=torch.float32)
     if path.startswith("builtin:") and seed != 0:
-        import torch
-
         torch.manual_seed(seed)
         fresh = type(model)(model.config)
         fresh.generation_config = model.generation_config

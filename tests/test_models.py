@@ -252,3 +252,14 @@ def test_a_hub_id_in_the_hugging_face_cache_resolves_without_download(monkeypatc
     assert resolve_model_path("org/tiny") == snapshot
     with pytest.raises(ModelError, match="'org/other' is not a local model directory"):
         resolve_model_path("org/other")
+
+
+def test_a_bf16_checkpoint_trains_in_float32(tmp_path: Path) -> None:
+    """transformers 5 keeps a checkpoint's dtype; the trainable model must hold fp32 master weights."""
+    import torch
+
+    model = models.load_model("builtin:tiny")
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["dtype"] == "bfloat16"
+    loaded = models.load_model(str(tmp_path / "bf16"))
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
