@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbridge.spec import dump_spec, load_spec
+from agentbridge.spec import dump_spec, load_spec, spec_hash
 from agentbridge.training.phases import WARM_MODEL, main
 
 SMALL = ["algorithm.warm_start.demos=64", "algorithm.warm_start.max_steps=4", "algorithm.warm_start.target=null",
@@ -20,8 +20,13 @@ def test_prepare_then_finish_write_every_arm(tmp_path: Path) -> None:
     job, run = tmp_path / "job", tmp_path / "run"
     job.mkdir()
     (job / "spec.yaml").write_text(dump_spec(load_spec("examples/calculator.yaml", SMALL)))
+    (job / "manifest.json").write_text(json.dumps({"backend": "verl", "versions": {"verl": "0.9.1"}}))
 
     assert main(["prepare", str(job), "--run-dir", str(run), "--quiet"]) == 0
+    manifest = json.loads((run / "manifest.json").read_text())  # every backend's run has one
+    assert manifest["kind"] == "run" and manifest["backend"] == "verl" and manifest["versions"]["verl"] == "0.9.1"
+    assert manifest["spec_hash"] == spec_hash(load_spec(job / "spec.yaml"))
+    assert len(manifest["chat_template_hash"]) == 64
     warm = json.loads((run / "warm_start.json").read_text())
     assert warm["steps"] == 4 and warm["stopped"] == "max_steps"
     assert (run / WARM_MODEL / "config.json").is_file() and (run / WARM_MODEL / "tokenizer_config.json").is_file()

@@ -85,13 +85,28 @@ def _load_evals(run_dir: Path, tasks: list[Any]) -> dict[str, EvalResult]:
             for arm in arms}
 
 
+def write_run_manifest(job_dir: Path, run_dir: Path, spec: Any, agent: Any) -> None:
+    """The run's ``manifest.json`` (backend, spec hash, seed, chat-template hash, the job's versions), as every
+    backend's run has one: what ``agentbridge report`` compares runs by."""
+    from agentbridge.runs import manifest, text_hash
+    from agentbridge.spec import spec_hash
+
+    job = json.loads((job_dir / "manifest.json").read_text()) if (job_dir / "manifest.json").is_file() else {}
+    info = manifest(kind="run", backend=job.get("backend"), spec_hash=spec_hash(spec), seed=spec.seed,
+                    chat_template_hash=text_hash(agent.renderer.chat_template), job=str(job_dir),
+                    versions={k: v for k, v in (job.get("versions") or {}).items() if k != "python"})
+    (run_dir / "manifest.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
 def prepare(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> Path | None:
-    """Eval, warm start, eval; returns the warm-started model's directory (None when the spec has no warm start)."""
+    """Eval, warm start, eval; returns the warm-started model's directory (None when the spec has no warm start).
+    Writes the run's manifest first."""
     from agentbridge.models import load_model
     from agentbridge.training.experiment import Experiment
 
     spec, agent, console = _setup(job_dir, quiet)
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_manifest(job_dir, run_dir, spec, agent)
     console.say(f"loading {spec.model.path}")
     model = _on_accelerator(load_model(spec.model.path, seed=spec.seed))
     eval_tasks = agent.tasks("eval") if spec.data.eval is not None else []

@@ -149,11 +149,16 @@ def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
         'ROOT="${ROOT:-$JOB}"',
         *_model_lines(spec),
         f"RUN_DIR=\"${{RUN_DIR:-runs/{spec.name}}}\"",
+        "# the run format every backend writes: veRL's step metrics (file logger) and the driver's episodes",
+        'mkdir -p "$RUN_DIR"',
+        'export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$RUN_DIR/verl_metrics.jsonl}"',
+        'export AGENTBRIDGE_RUN_DIR="$(cd "$RUN_DIR" && pwd)"',
         *tracker_env_lines(spec, "$RUN_DIR", "verl"),
         *before,
         f"\"$PYTHON\" -m verl.trainer.main_ppo --config-path \"$JOB\" --config-name {CONFIG_NAME} \\",
         f"  {paths} \\",
         '  trainer.default_local_dir="$RUN_DIR/checkpoints" "$@"',
+        '[ ! -f "$VERL_FILE_LOGGER_PATH" ] || "$PYTHON" -m agentbridge_verl.run_metrics "$RUN_DIR" || true',
         *after,
     ]
 

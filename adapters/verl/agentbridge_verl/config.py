@@ -127,7 +127,8 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
         "trainer.n_gpus_per_node": n_gpus_per_node(spec),
         "trainer.total_training_steps": algo.steps,
         # backend.options.logger plus the spec's trackers (logging:), each once
-        "trainer.logger": list(dict.fromkeys([*opts["logger"], *spec.logging.enabled()])),
+        # the file logger always: its rows become the run's metrics.jsonl (agentbridge_verl.run_metrics)
+        "trainer.logger": list(dict.fromkeys([*opts["logger"], "file", *spec.logging.enabled()])),
         "trainer.save_freq": int(opts["save_freq"]),
         # a HF model beside the FSDP shards: agentbridge evaluates the trained actor from it (after_rl)
         "actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"],

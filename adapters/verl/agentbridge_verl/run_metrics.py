@@ -1,0 +1,79 @@
+"""veRL's own step metrics in agentbridge's run format: ``python -m agentbridge_verl.run_metrics RUN_DIR``.
+
+The job turns on veRL's file logger (``trainer.logger`` includes ``file``; ``VERL_FILE_LOGGER_PATH`` is
+``RUN_DIR/verl_metrics.jsonl``); after the trainer, ``launch.sh`` converts its rows to ``RUN_DIR/metrics.jsonl`` in the
+normalized names every backend's run uses, so ``agentbridge report`` draws veRL runs beside TRL's. Names without a
+normalized counterpart are kept under ``verl/``. Every metric here comes from a real (GPU) training step: veRL's
+trainer does not run on CPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentbridge.runs import read_jsonl, write_jsonl
+
+SOURCE = "verl_metrics.jsonl"
+NORMALIZED = {
+    "critic/score/mean": "reward/mean",  # the episode's reward, before any KL penalty
+    "critic/score/max": "reward/max",
+    "critic/score/min": "reward/min",
+    "response_length/mean": "episode/response_tokens",
+    "response_length/clip_ratio": "finish/length",
+    "tool_call_counts/mean": "tools/calls",
+    "timing_s/step": "time/step_s",
+    "timing_s/gen": "time/rollout_s",
+    "perf/throughput": "throughput/tokens_per_s",
+    "perf/max_memory_allocated_gb": "memory/peak_gb",
+    "actor/pg_loss": "verl/loss",
+    "actor/pg_clipfrac": "verl/clip_fraction",
+    "actor/ppo_kl": "verl/kl",
+    "actor/entropy": "verl/entropy",
+    "actor/grad_norm": "verl/grad_norm",
+    "actor/lr": "verl/lr",
+}
+
+
+def normalize(step: int, data: dict[str, Any]) -> dict[str, float]:
+    """One step's row: ``step``, the normalized names, then every other number under ``verl/``."""
+    row: dict[str, float] = {"step": step}
+    for name, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        row[NORMALIZED.get(name, f"verl/{name}")] = float(value)
+    return row
+
+
+def convert(run_dir: Path) -> tuple[int, list[str]]:
+    """Write ``metrics.jsonl`` from veRL's file logger; returns the rows written and one line per bad input line."""
+    problems: list[str] = []
+    source = run_dir / SOURCE
+    if not source.is_file():
+        return 0, [f"{source}: missing (veRL's file logger did not run)"]
+    rows = []
+    for n, item in read_jsonl(source, problems):
+        step, data = item.get("step"), item.get("data")
+        if not isinstance(step, int) or not isinstance(data, dict):
+            problems.append(f"{source}:{n}: not a veRL file-logger row ({{'step': int, 'data': {{...}}}})")
+            continue
+        rows.append(normalize(step, data))
+    write_jsonl(run_dir / "metrics.jsonl", rows)
+    return len(rows), problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m agentbridge_verl.run_metrics RUN_DIR", file=sys.stderr)
+        return 2
+    written, problems = convert(Path(args[0]))
+    for line in problems:
+        print(f"agentbridge: {line}", file=sys.stderr)
+    print(f"agentbridge: {written} step(s) of veRL metrics in {Path(args[0]) / 'metrics.jsonl'}", file=sys.stderr)
+    return 0 if written else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
