@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import platform
 import sys
 from collections.abc import Iterable, Sequence
@@ -144,3 +145,24 @@ def keep_earlier_run(run_dir: Path, *, overwrite: bool = False) -> Path | None:
         kept = run_dir.with_name(f"{run_dir.name}@{stamp:%Y%m%dT%H%M%S}-{n}")
     run_dir.rename(kept)
     return kept
+
+
+RUN_DIR_ENV = "AGENTBRIDGE_RUN_DIR"  # set by a job's launch.sh: where a backend's workers record episodes
+EPISODES_WITH_TOKENS = 8  # per worker process: full token-level records for the trajectory viewer
+_recorded = 0
+
+
+def record_episode(traj: Trajectory, backend: str) -> None:
+    """Append one episode to ``$AGENTBRIDGE_RUN_DIR/episodes.jsonl``, from inside a backend's own rollout workers
+    (veRL's agent loop, OpenRLHF's executor): the run format every backend writes. Nothing when the variable is
+    unset. Backends do not tell their workers the step, so records carry the time; the first
+    :data:`EPISODES_WITH_TOKENS` of each process keep their tokens."""
+    global _recorded
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if not run_dir:
+        return
+    import time
+
+    record = {"backend": backend, "time": time.time(), **traj.to_dict(tokens=_recorded < EPISODES_WITH_TOKENS)}
+    append_jsonl(Path(run_dir) / "episodes.jsonl", record)
+    _recorded += 1

@@ -22,6 +22,7 @@ from agentbridge.rollout.agent_edge import ErrorRateGuard, component_values, fit
 from agentbridge.rollout.renderer import Renderer
 from agentbridge.rollout.training import TrainingSequence, episode_metrics, episode_sample
 from agentbridge.rollout.trajectory import FINISH_REASONS, Generation, SamplingParams, Trajectory
+from agentbridge.runs import record_episode
 from agentbridge.spec import Spec, load_spec
 
 
@@ -148,6 +149,7 @@ class AgentbridgeExecutor(AgentExecutorBase):
         traj = (await agent.run([task], EnginePolicy(llm_engine, sampling_params), concurrency=1))[0]
         self.recent.append(traj)
         self.errors.record(traj)
+        record_episode(traj, "openrlhf")
         mm = None
         if traj.images and getattr(hf_tokenizer, "image_processor", None) is not None:
             mm = dict(hf_tokenizer.image_processor(images=traj.images, return_tensors="pt"))

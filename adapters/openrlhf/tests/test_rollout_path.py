@@ -8,12 +8,15 @@ scripted engine) and DeepSpeed only.
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import pytest
 from conftest import SMALL
 from rollout_harness import match_episodes, run_rollout
 
+from agentbridge.runs import RUN_DIR_ENV
 from agentbridge.spec import load_spec
 from agentbridge_openrlhf.backend import OpenRLHFBackend
 
@@ -29,9 +32,21 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     spec = load_spec("examples/calculator.yaml", [*SMALL, "algorithm.name=grpo", "backend.name=openrlhf",
                                                   "backend.options={is_correction: token}"])
     job = OpenRLHFBackend().compile(spec, tmp_path_factory.mktemp("rollout") / "job").path
-    r = run_rollout(job, str(resolve_model_path(spec.model.path)), SCRIPT)
+    run_dir = tmp_path_factory.mktemp("run")
+    os.environ[RUN_DIR_ENV] = str(run_dir)  # as launch.sh exports it: the Ray workers inherit it
+    try:
+        r = run_rollout(job, str(resolve_model_path(spec.model.path)), SCRIPT)
+    finally:
+        os.environ.pop(RUN_DIR_ENV)
     return {"args": r.args, "experiences": r.experiences, "episodes": r.episodes, "consumed": r.consumed,
-            "advantaged": r.advantaged, "requests": r.requests, "tokenizer": r.tokenizer, "pairs": match_episodes(r)}
+            "advantaged": r.advantaged, "requests": r.requests, "tokenizer": r.tokenizer, "pairs": match_episodes(r),
+            "run_dir": run_dir}
+
+
+def test_the_executor_records_every_episode_in_the_run_directory(rollout: dict[str, Any]) -> None:
+    records = [json.loads(x) for x in (rollout["run_dir"] / "episodes.jsonl").read_text().splitlines()]
+    assert len(records) == len(rollout["episodes"]) and all(r["backend"] == "openrlhf" for r in records)
+    assert sorted(r["reward"] for r in records) == sorted(t.reward for t in rollout["episodes"])
 
 
 def test_every_sample_ran_through_the_driver(rollout: dict[str, Any]) -> None:

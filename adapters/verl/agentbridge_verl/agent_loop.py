@@ -7,7 +7,6 @@ sample; the resolved ``Agent`` (plugins, environment factory, renderer) is built
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.agent_edge import ErrorRateGuard, fit_limits
 from agentbridge.rollout.training import episode_metrics, episode_sample
 from agentbridge.rollout.trajectory import Trajectory
-from agentbridge.runs import append_jsonl
+from agentbridge.runs import record_episode
 from agentbridge.spec import load_spec
 from agentbridge_verl.data import task_from_row
 from agentbridge_verl.reward import REWARD_INFO_KEY, reward_extra_info
@@ -85,21 +84,6 @@ def to_output(traj: Trajectory, agent: Agent, prompt_length: int, response_lengt
 _GUARDS: dict[str, ErrorRateGuard] = {}
 
 
-EPISODES_WITH_TOKENS = 8  # per worker process: full token-level records for the trajectory viewer
-_recorded = 0
-
-
-def record_episode(traj: Trajectory) -> None:
-    """Append the episode to ``$AGENTBRIDGE_RUN_DIR/episodes.jsonl`` (set by the job's launch.sh), the run format
-    every backend writes; veRL does not tell an agent loop its step, so records carry the time instead."""
-    global _recorded
-    run_dir = os.environ.get("AGENTBRIDGE_RUN_DIR")
-    if run_dir:
-        record = {"backend": "verl", "time": time.time(), **traj.to_dict(tokens=_recorded < EPISODES_WITH_TOKENS)}
-        append_jsonl(Path(run_dir) / "episodes.jsonl", record)
-        _recorded += 1
-
-
 def error_guard(spec_path: str, max_rate: float) -> ErrorRateGuard:
     """One guard per spec in this worker process (veRL builds an agent loop per sample)."""
     return _GUARDS.setdefault(spec_path, ErrorRateGuard(max_rate))
@@ -122,7 +106,7 @@ class AgentBridgeAgentLoop(AgentLoopBase):
         policy = ServerPolicy(self.server_manager, sampling_params)
         (traj,) = await self.agent.run([task], policy, concurrency=1)
         error_guard(self.spec_path, self.agent.spec.agent.max_error_rate).record(traj)
-        record_episode(traj)
+        record_episode(traj, "verl")
         preempted = policy.num_preempted if policy.calls else -1
         return to_output(traj, self.agent, self.rollout_config.prompt_length, self.rollout_config.response_length,
                          logprobs=bool(sampling_params.get("logprobs", True)), num_preempted=preempted,
