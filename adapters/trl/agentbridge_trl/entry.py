@@ -78,8 +78,9 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
         plugins = get_plugins()
         trackers = Trackers(spec, run_dir, say=say)  # agentbridge's rows, through on_metrics
         plugins.register(TRACKERS_PLUGIN, trackers)
-        for key, value in tracker_environment(spec, str(run_dir.absolute()), "trl").items():
-            os.environ.setdefault(key, value)
+        if spec.logging.enabled():  # where TRL's own trackers (report_to) write
+            for key, value in tracker_environment(spec, str(run_dir.absolute()), "trl").items():
+                os.environ.setdefault(key, value)
         try:
             logger = RunLogger(run_dir, prefix="trl", on_row=on_row, plugins=plugins,
                                max_error_rate=spec.agent.max_error_rate)
