@@ -8,6 +8,7 @@ plugin the spec names.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -42,28 +43,58 @@ def model_path_problems(spec: Spec) -> list[str]:
             f"or a builtin: {', '.join(BUILTIN_MODELS)})"]
 
 
-def _local_model(spec: Spec) -> bool:
+def _template_and_tokenizer(spec: Spec) -> tuple[str, Any, dict[str, str]] | None:
+    """The chat template, a ``tokenizers.Tokenizer`` and the special tokens of a builtin or local model, read from
+    its files without transformers' model classes (so without torch); None when they are not there."""
+    from agentbridge.models import resolve_model_path
+
     path = spec.model.path
-    return path in BUILTIN_MODELS or Path(path).expanduser().is_dir()
+    if not (path in BUILTIN_MODELS or Path(path).expanduser().is_dir()):
+        return None
+    try:
+        model_dir = resolve_model_path(path)
+    except ValueError:
+        return None
+    if not (model_dir / "tokenizer.json").is_file():  # e.g. a tiktoken vocabulary: not cheap to read here
+        return None
+    config = json.loads((model_dir / "tokenizer_config.json").read_text()) \
+        if (model_dir / "tokenizer_config.json").is_file() else {}
+    if spec.model.chat_template:
+        from agentbridge.rollout.agent import load_chat_template
+
+        template = load_chat_template(spec.model.chat_template)
+    elif (model_dir / "chat_template.jinja").is_file():
+        template = (model_dir / "chat_template.jinja").read_text()
+    elif isinstance(config.get("chat_template"), str):
+        template = config["chat_template"]
+    else:
+        return None
+    from tokenizers import Tokenizer
+
+    special = {k: v for k, v in config.items() if k.endswith("_token") and isinstance(v, str)}
+    return template, Tokenizer.from_file(str(model_dir / "tokenizer.json")), special
 
 
 def prompt_budget_problems(spec: Spec, plugins: Plugins) -> list[str]:
     """The opening prompt (system prompt, the tools' schemas, the first task of a data split) must leave room in
-    ``agent.max_prompt_tokens``. Checked only where it is cheap: a builtin or local model's tokenizer."""
-    if not _local_model(spec):
+    ``agent.max_prompt_tokens``. Checked only where it is cheap: a builtin or local model with a ``tokenizer.json``,
+    rendered by transformers' chat-template renderer (no torch)."""
+    found = _template_and_tokenizer(spec)
+    if found is None:
         return []
-    from agentbridge.models import load_tokenizer
-    from agentbridge.rollout.agent import load_chat_template, load_tasks
+    template, tokenizer, special = found
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from agentbridge.rollout.agent import load_tasks
     from agentbridge.rollout.agent_edge import prompt_messages
-    from agentbridge.rollout.renderer import Renderer
 
     split = next((s for s in ("dev", "eval", "train") if getattr(spec.data, s) is not None), None)
     tasks = load_tasks(spec, split, size=1, plugins=plugins) if split else []
     tools: list[dict[str, Any]] = [plugins.tools.get(t).schema() for t in spec.tools]
-    template = load_chat_template(spec.model.chat_template) if spec.model.chat_template else None
-    renderer = Renderer(load_tokenizer(spec.model.path), tools=tools or None, chat_template=template)
     user = tasks[0].prompt if tasks else None
-    n = len(renderer.render_prompt(prompt_messages(spec.agent.system_prompt, user)))
+    rendered, _ = render_jinja_template([prompt_messages(spec.agent.system_prompt, user)], tools=tools or None,
+                                        chat_template=template, add_generation_prompt=True, **special)
+    n = len(tokenizer.encode(rendered[0], add_special_tokens=False).ids)
     limit = spec.agent.max_prompt_tokens
     if n <= limit:
         return []

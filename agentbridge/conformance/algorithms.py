@@ -21,7 +21,7 @@ The reference follows the papers (plain torch, float64):
 Each stage is fed the reference's inputs, so a difference names the stage: ``advantages`` (from rewards, values,
 log-probs), ``loss`` (the clipped policy loss from the reference advantages), ``clip_fraction``, ``kl`` (the KL term
 added to the loss) and ``kept`` (the groups dynamic sampling keeps). A backend's probe
-(``agentbridge_<backend>.algorithm_probe.probe(job_dir, batch)``) runs that backend's own code, in its own
+(the module its ``algorithm_probe`` names, ``probe(job_dir, batch)``) runs that backend's own code, in its own
 environment, configured by the job directory ``compile`` wrote.
 """
 
@@ -219,9 +219,11 @@ def _aggregate(name: str, x: Any, m: Any, max_tokens: int) -> Any:
 # ---------------------------------------------------------------------------------------------- documented differences
 
 
-def probe_module(backend: Any) -> Any:
-    """``<adapter package>.algorithm_probe`` of a backend object (imports no backend at module level)."""
-    return importlib.import_module(f"{type(backend).__module__.split('.')[0]}.algorithm_probe")
+def probe_module(backend: Any, kind: str = "algorithm") -> Any:
+    """The module a backend names for its ``kind`` probe (its ``algorithm_probe`` / ``step_probe`` attribute; by
+    default ``<adapter package>.<kind>_probe``), imported only now: probes import the backend."""
+    name = getattr(backend, f"{kind}_probe", None) or f"{type(backend).__module__.split('.')[0]}.{kind}_probe"
+    return importlib.import_module(name)
 
 
 def documented(backend: Any, name: str, kl_coef: float | None = None) -> dict[str, str]:

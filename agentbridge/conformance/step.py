@@ -10,7 +10,7 @@ the update code alone: forward, policy loss, KL loss, backward, gradient clippin
 
 The reference step: float32 forward, :func:`~agentbridge.conformance.algorithms.policy_loss` (``grpo``), backward,
 gradient norm clipped to 1, ``torch.optim.AdamW(lr=LR, betas=(0.9, 0.999), eps=1e-8,
-weight_decay=0)``. A backend's probe (``agentbridge_<backend>.step_probe.step(job_dir, init, batch)``) runs its
+weight_decay=0)``. A backend's probe (the module its ``step_probe`` names: ``step(job_dir, init, batch)``) runs its
 own code, in its own environment, configured by the job directory ``compile`` wrote, and returns each parameter's
 gradient (after clipping) and update, or says which call stops it from running on CPU.
 
@@ -40,7 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentbridge.conformance.algorithms import CLOSE, IDENTICAL, KL_COEF, documented, golden_batch, policy_loss
+from agentbridge.conformance.algorithms import (
+    CLOSE,
+    IDENTICAL,
+    KL_COEF,
+    documented,
+    golden_batch,
+    policy_loss,
+    probe_module,
+)
 
 ALGORITHM = "grpo"
 PROMPT = 4
@@ -262,7 +270,7 @@ def probe_step(backend_name: str, workdir: Path, sets: list[str] | None = None) 
     backend = _backend(backend_name)
     spec = step_spec(backend_name, sets)
     job = backend.compile(spec, Path(workdir) / backend_name).path
-    module = importlib.import_module(f"{type(backend).__module__.split('.')[0]}.step_probe")
+    module = probe_module(backend, "step")
     batch = torch.load(Path(workdir) / BATCH_FILE)
     return module.step(job, str(resolve_model_path(spec.model.path)), batch)
 

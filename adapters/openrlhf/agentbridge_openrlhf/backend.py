@@ -84,6 +84,8 @@ class OpenRLHFBackend:
 
     name = "openrlhf"
     module = "openrlhf"  # the conformance suite runs in the environment where this imports
+    algorithm_probe = "agentbridge_openrlhf.algorithm_probe"  # the training-math conformance
+    step_probe = "agentbridge_openrlhf.step_probe"
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

@@ -24,6 +24,8 @@ class TrlBackend:
 
     name = "trl"
     module = "trl"  # what must import for this backend to run here
+    algorithm_probe = "agentbridge_trl.algorithm_probe"  # the training-math conformance
+    step_probe = "agentbridge_trl.step_probe"
 
     def conformance(self, kind: str, workdir: Path) -> list[Any]:
         """The golden episodes of ``kind`` through TRL's rollout path (``agentbridge.conformance``)."""

@@ -37,6 +37,8 @@ class VerlBackend:
 
     name = "verl"
     module = "verl"  # what must import for this backend to run here
+    algorithm_probe = "agentbridge_verl.algorithm_probe"  # the training-math conformance
+    step_probe = "agentbridge_verl.step_probe"
 
     def conformance(self, kind: str, workdir: Path) -> list[Any]:
         """The golden episodes of ``kind`` through veRL's own rollout step (``agentbridge.conformance``).
