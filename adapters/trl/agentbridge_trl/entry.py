@@ -40,7 +40,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> dict[str, A
     kept = keep_earlier_run(run_dir)
     if kept is not None:
         say(f"the earlier run in {run_dir} is kept as {kept}")
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)  # free now: absent or empty
     grpo_kwargs = json.loads((job_dir / "grpo_config.json").read_text())
     grpo_kwargs["output_dir"] = str(run_dir / "trainer")
 
