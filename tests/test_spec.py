@@ -31,7 +31,7 @@ def test_example_loads() -> None:
     assert spec.environment.id == "math/calculator" and spec.reward[0].weight == 1.0
     assert spec.algorithm.name == "dapo" and spec.agent.max_tokens_per_turn == 48
     ws = spec.algorithm.warm_start
-    assert ws is not None and ws.demos == 8000 and ws.target == 0.35 and ws.control
+    assert ws is not None and ws.demos == 8000 and ws.target == 0.5 and ws.control
     assert spec.data.dev is not None and spec.data.dev.split == "dev"
 
 
