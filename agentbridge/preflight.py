@@ -37,7 +37,7 @@ def model_path_problems(spec: Spec) -> list[str]:
     local = Path(path).expanduser()
     if local.exists():
         return [] if local.is_dir() else [f"model.path: '{path}' is a file; give the model's directory"]
-    if is_hub_id(path) and not path.startswith((".", "~")):
+    if is_hub_id(path):
         return []  # a hub id: the backend's environment downloads it (or finds it in its cache)
     return [f"model.path: '{path}' does not exist (give a local model directory, a hub id like Qwen/Qwen2.5-0.5B "
             f"or a builtin: {', '.join(BUILTIN_MODELS)})"]
