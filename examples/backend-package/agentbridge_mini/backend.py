@@ -62,7 +62,9 @@ class MiniBackend:
         (out / "mini.json").write_text(json.dumps(self.config(spec), indent=2) + "\n")
         run = 'exec "${PYTHON:-python}" -m agentbridge_mini.run "$JOB" "${RUN_DIR:-runs/mini}"'
         kit.write_script(out / "launch.sh", [run])
-        return kit.new_job(self, spec, out, version=__version__, tasks={"train": len(train)})
+        note = kit.foreign_note(self, spec, "mini")  # another backend's options: said, not applied
+        return kit.new_job(self, spec, out, version=__version__, tasks={"train": len(train)},
+                           notes=[note] if note else [])
 
     def validate(self, job: Job) -> Report:
         """The job's files are there, its spec loads and this backend can run it."""
