@@ -4,7 +4,7 @@
 own tests with :func:`agentbridge.conformance.pytest_plugin.conformance_tests`.
 """
 
-from agentbridge.conformance.golden import CASES, KINDS, GoldenPolicy, cases, golden_turn
+from agentbridge.conformance.golden import BACKEND_LENGTHS, CASES, KINDS, LENGTHS, GoldenPolicy, cases, golden_turn
 from agentbridge.conformance.records import EpisodeRecord, compare, image_digest, record_of
 from agentbridge.conformance.suite import (
     ConformanceError,
@@ -14,5 +14,6 @@ from agentbridge.conformance.suite import (
     run_suite,
 )
 
-__all__ = ["CASES", "KINDS", "ConformanceError", "EpisodeRecord", "GoldenPolicy", "SuiteResult", "cases",
-           "compare", "golden_spec", "golden_turn", "image_digest", "record_of", "reference_records", "run_suite"]
+__all__ = ["BACKEND_LENGTHS", "CASES", "KINDS", "LENGTHS", "ConformanceError", "EpisodeRecord", "GoldenPolicy",
+           "SuiteResult", "cases", "compare", "golden_spec", "golden_turn", "image_digest", "record_of",
+           "reference_records", "run_suite"]

@@ -11,6 +11,11 @@ empty-episode fallback: one EOS with loss mask 0); a reward function that raises
 ``max_turns``; and, for a vision-language model, an image in the prompt plus a
 screenshot returned by a tool.
 
+Kinds (``KINDS``): ``text`` and ``vlm``, each backend's job compiled from the golden spec as a user's would be; and
+``lengths``, the text cases under a job whose own sequence lengths (:data:`BACKEND_LENGTHS`, set in each backend's
+own way) are below the spec's budgets: every backend must cut the episodes by the one budget rule
+(:func:`agentbridge.rollout.agent_edge.fit_limits`), the one the driver's reference applies.
+
 The golden environment, tools, dataset and reward are a plugin that is not registered by default:
 :func:`enable_golden` (called by :func:`agentbridge.conformance.golden_spec` and the suite) opts a process in.
 """
@@ -29,8 +34,11 @@ from agentbridge.plugins import enable_plugin
 from agentbridge.rollout.trajectory import Generation, SamplingParams
 from agentbridge.tools import ToolEnvironment
 
-TEXT, VLM = "text", "vlm"
-KINDS = (TEXT, VLM)
+TEXT, VLM, LENGTHS = "text", "vlm", "lengths"
+KINDS = (TEXT, VLM, LENGTHS)
+# The lengths kind: each backend's job keeps at most this many prompt and response tokens (prompt + response for a
+# backend with one length), set with the backend's own settings; the golden spec's budgets are 512 and 256.
+BACKEND_LENGTHS = {"max_prompt": 512, "max_response": 96}
 _MARKER = re.compile(r"\[golden:([a-z_]+)\]")
 
 
@@ -66,14 +74,16 @@ FAILURES: dict[str, str] = {"early_error": "reset", "reward_error": "reward"}
 
 
 def cases(kind: str) -> list[str]:
-    """The case names of one kind (``text`` or ``vlm``), in a fixed order."""
-    return [name for name, (k, *_) in CASES.items() if k == kind]
+    """The case names of one kind, in a fixed order (the ``lengths`` kind runs the text cases)."""
+    episodes = TEXT if kind == LENGTHS else kind
+    return [name for name, (k, *_) in CASES.items() if k == episodes]
 
 
 def golden_tasks(split: str = TEXT, size: int = 100, seed: int = 0, **_: Any) -> list[Task]:
-    """The golden tasks of one kind (the dataset ``conformance/golden``; ``split`` is the kind)."""
-    if split not in KINDS:
-        raise ValueError(f"conformance/golden: split must be one of {', '.join(KINDS)}, not '{split}'")
+    """The golden tasks of one kind of episodes (the dataset ``conformance/golden``; ``split`` is ``text`` or
+    ``vlm``)."""
+    if split not in (TEXT, VLM):
+        raise ValueError(f"conformance/golden: split must be one of {TEXT}, {VLM}, not '{split}'")
     tasks = [Task(id=name, prompt=f"[golden:{name}] {CASES[name][1]}",
                   data={"answer": CASES[name][2], "image": CASES[name][0] == VLM,
                         **({"fail": FAILURES[name]} if name in FAILURES else {})})
@@ -169,10 +179,11 @@ class GoldenPolicy:
 
 
 def golden_spec_path(kind: str) -> Any:
-    """The golden spec file of one kind (a ``Traversable`` inside the agentbridge package)."""
+    """The golden spec file of one kind (a ``Traversable`` inside the agentbridge package; the ``lengths`` kind
+    uses the text spec: only the backend's job differs)."""
     if kind not in KINDS:
         raise ValueError(f"conformance kind must be one of {', '.join(KINDS)}, not '{kind}'")
-    return resources.files("agentbridge.conformance") / f"golden_{kind}.yaml"
+    return resources.files("agentbridge.conformance") / f"golden_{TEXT if kind == LENGTHS else kind}.yaml"
 
 
 def enable_golden() -> None:

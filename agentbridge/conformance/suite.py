@@ -1,7 +1,8 @@
 """Run the golden episodes through a backend and compare what it ends up with against the driver alone.
 
 A backend takes part by implementing ``conformance(kind, workdir) -> list[EpisodeRecord]``: compile the golden
-spec (:func:`golden_spec`) into its own job, push the golden tasks through its real rollout path with
+spec (:func:`golden_spec`) into its own job (for the ``lengths`` kind, with its own sequence-length settings at
+:data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`), push the golden tasks through its real rollout path with
 :func:`~agentbridge.conformance.golden.golden_turn` as the inference engine, and read each episode back from the
 backend's own training batch. When the backend's package does not import here, the suite runs that method in the
 backend's environment (``python -m agentbridge.conformance records``).
@@ -23,7 +24,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agentbridge.conformance.golden import KINDS, VLM, GoldenPolicy, cases, enable_golden, golden_spec_path
+from agentbridge.conformance.golden import (
+    BACKEND_LENGTHS,
+    KINDS,
+    LENGTHS,
+    VLM,
+    GoldenPolicy,
+    cases,
+    enable_golden,
+    golden_spec_path,
+)
 from agentbridge.conformance.records import EpisodeRecord, compare, notes, record_of
 from agentbridge.spec import Spec, load_spec
 
@@ -69,11 +79,16 @@ def golden_spec(kind: str, sets: list[str] | None = None) -> Spec:
 
 def reference_records(kind: str) -> list[EpisodeRecord]:
     """The golden episodes run by agentbridge's driver alone, as every backend must train on them (an empty
-    episode as the core's fallback sample, :func:`agentbridge.rollout.training.training_sequence`)."""
+    episode as the core's fallback sample, :func:`agentbridge.rollout.training.training_sequence`). For the
+    ``lengths`` kind the driver's budgets are cut to :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS` by
+    the one budget rule (:func:`~agentbridge.rollout.agent_edge.fit_limits`)."""
     from agentbridge.rollout.agent import Agent
+    from agentbridge.rollout.agent_edge import fit_limits
     from agentbridge.rollout.training import task_prompt_ids, training_sequence
 
     agent = Agent.from_spec(golden_spec(kind))
+    if kind == LENGTHS:
+        agent.limits = fit_limits(agent.limits, **BACKEND_LENGTHS)
     tasks = agent.tasks("train")
     trajectories = asyncio.run(agent.run(tasks, GoldenPolicy(agent.tokenizer)))
     records = []

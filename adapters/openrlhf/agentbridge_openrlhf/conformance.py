@@ -50,11 +50,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
 from agentbridge.conformance.records import EpisodeRecord, image_digest
 
 SETS = ["backend.name=openrlhf"]  # the compiled job's default options: what a user's job trains on
 LOGPROB_JOB = "backend.options.is_correction=token"  # where OpenRLHF keeps rollout log-probs (records' ``job``)
 LOGPROB_SETS = [*SETS, "backend.options={is_correction: token}"]
+
+
+def length_override() -> str:
+    """The ``lengths`` kind's job: OpenRLHF's one length, ``--data.max_len`` (prompt plus every turn), at
+    :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`' total."""
+    total = BACKEND_LENGTHS["max_prompt"] + BACKEND_LENGTHS["max_response"]
+    return f"backend.overrides={{data.max_len: {total}}}"
 
 
 def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
@@ -66,9 +74,11 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     from agentbridge_openrlhf.rollout_path import run_rollouts
 
     root = Path(workdir).resolve()
-    spec = golden_spec(kind, SETS)
+    lengths = [length_override()] if kind == LENGTHS else []
+    spec = golden_spec(kind, [*SETS, *lengths])
     jobs = [OpenRLHFBackend().compile(spec, root / "openrlhf").path,
-            OpenRLHFBackend().compile(golden_spec(kind, LOGPROB_SETS), root / "openrlhf-is_correction-token").path]
+            OpenRLHFBackend().compile(golden_spec(kind, [*LOGPROB_SETS, *lengths]),
+                                      root / "openrlhf-is_correction-token").path]
     default, token = run_rollouts(jobs, str(resolve_model_path(spec.model.path)), engine="golden", engines=1)
     records = batch_records(default.advantaged, default.tokenizer, default.images)
     if any(r.logprobs is not None for r in records):  # then this module's account of OpenRLHF is out of date

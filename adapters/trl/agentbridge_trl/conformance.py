@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
+from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
 from agentbridge.conformance.records import EpisodeRecord, image_digest
 
 
@@ -52,7 +53,10 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     from agentbridge_trl.rollout import task_of
     from agentbridge_trl.trainer import build_trainer
 
-    spec = golden_spec(kind, ["backend.options={use_vllm: true, vllm_mode: colocate}"])
+    sets = ["backend.options={use_vllm: true, vllm_mode: colocate}"]
+    if kind == LENGTHS:  # TRL's one length: the completion (prompt budgets are the driver's)
+        sets.append(f"backend.overrides={{max_completion_length: {BACKEND_LENGTHS['max_response']}}}")
+    spec = golden_spec(kind, sets)
     agent = Agent.from_spec(spec)
     with patch("trl.trainer.grpo_trainer.VLLMGeneration", GoldenVLLMGenerationStandIn):  # TRL's vLLM path
         trainer, _ = build_trainer(agent, load_model(spec.model.path),

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.agent_edge import fit_limits
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.training.logger import RunLogger
 from agentbridge_trl.config import make_grpo_config, reward_components
@@ -53,8 +54,10 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
     if is_vlm_model(model):
         trainer_cls = vlm_trainer_class()
         processing_class = make_processor(model, agent.tokenizer, agent.renderer.image_processor)
-    trainer = trainer_cls(model=model, reward_funcs=reward_functions(components),
-                          args=make_grpo_config(grpo_kwargs),
+    args = make_grpo_config(grpo_kwargs)
+    # TRL keeps at most max_completion_length tokens of a completion: the driver's budgets stay inside it
+    agent.limits = fit_limits(agent.limits, max_response=args.max_completion_length)
+    trainer = trainer_cls(model=model, reward_funcs=reward_functions(components), args=args,
                           train_dataset=make_dataset(train_tasks), processing_class=processing_class,
                           rollout_func=timed_rollout, callbacks=[LogCallback()])
     if logger is not None:  # the run logger and its progress display replace the trainer's printed dicts

@@ -37,6 +37,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
+from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
 from agentbridge.conformance.records import EpisodeRecord, image_digest
 from agentbridge.conformance.suite import ConformanceError
 
@@ -215,14 +216,19 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
 
     The golden spec names backend trl; it is compiled with ``backend.name=verl``, since veRL applies
     ``backend.options`` and ``backend.overrides`` only when it is the spec's backend, and with ``AGENT_WORKERS``
-    agent-loop workers.
+    agent-loop workers; for the ``lengths`` kind, with ``data.max_prompt_length`` / ``data.max_response_length``
+    at :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`.
     """
     from agentbridge.conformance.records import compare
     from agentbridge.conformance.suite import golden_spec, reference_records
     from agentbridge_verl.backend import VerlBackend
     from agentbridge_verl.inprocess import compose_worker_config, model_config, verl_processor_in_model_config
 
-    spec = golden_spec(kind, ["backend.name=verl", f"backend.options={{agent_workers: {AGENT_WORKERS}}}"])
+    sets = ["backend.name=verl", f"backend.options={{agent_workers: {AGENT_WORKERS}}}"]
+    if kind == LENGTHS:  # veRL's own lengths: the rollout's prompt_length and response_length follow them
+        sets.append(f"backend.overrides={{data.max_prompt_length: {BACKEND_LENGTHS['max_prompt']}, "
+                    f"data.max_response_length: {BACKEND_LENGTHS['max_response']}}}")
+    spec = golden_spec(kind, sets)
     job = VerlBackend().compile(spec, Path(workdir) / "verl")
     with verl_processor_in_model_config():
         cfg = compose_worker_config(job.path)

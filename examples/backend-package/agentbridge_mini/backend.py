@@ -12,7 +12,9 @@ from agentbridge.runs import write_jsonl
 from agentbridge.spec import Spec, SpecError, dump_spec
 from agentbridge_mini import __version__
 
-OPTIONS = {"policy": ("model", "expert")}  # backend.options this backend understands, with their allowed values
+POLICIES = ("model", "expert")
+# backend.options this backend understands; max_len: the tokens a batch row keeps (prompt + response)
+OPTIONS = ("policy", "max_len")
 JOB_FILES = ("spec.yaml", "mini.json", "data", "launch.sh")
 
 
@@ -37,16 +39,20 @@ class MiniBackend:
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` this backend cannot run, one line each."""
         problems = [*kit.algorithm_check(self, spec), *kit.unknown_options(self, spec, OPTIONS, "mini")]
-        for key, value in self.options(spec).items():
-            if key in OPTIONS and value not in OPTIONS[key]:
-                problems.append(Problem(f"backend.options.{key}", f"must be one of {', '.join(OPTIONS[key])}"))
+        opts = self.options(spec)
+        if opts.get("policy", "model") not in POLICIES:
+            problems.append(Problem("backend.options.policy", f"must be one of {', '.join(POLICIES)}"))
+        max_len = opts.get("max_len", 1)
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            problems.append(Problem("backend.options.max_len", f"must be a positive number of tokens, not {max_len!r}"))
         return problems
 
     def config(self, spec: Spec) -> dict[str, Any]:
         """The spec mapped to this backend's own configuration (``mini.json``)."""
-        algo = spec.algorithm
+        algo, opts = spec.algorithm, self.options(spec)
         return {"steps": algo.steps, "batch_size": algo.batch_size, "group_size": algo.group_size,
-                "policy": self.options(spec).get("policy", "model"), "seed": spec.seed}
+                "policy": opts.get("policy", "model"), "seed": spec.seed,
+                "max_len": opts.get("max_len", spec.agent.max_prompt_tokens + spec.agent.max_response_tokens)}
 
     def compile(self, spec: Spec, out: Path) -> Job:
         """Write the job's files (spec, dataset rows, ``mini.json``, ``launch.sh``); return the Job with its manifest
@@ -84,13 +90,15 @@ class MiniBackend:
 
     def conformance(self, kind: str, workdir: Path) -> list[Any]:
         """The golden episodes of ``kind`` through this backend's path: task rows in, batch rows out, read back."""
-        from agentbridge.conformance import GoldenPolicy, golden_spec
-        from agentbridge.rollout.agent import Agent
+        from agentbridge.conformance import BACKEND_LENGTHS, LENGTHS, GoldenPolicy, golden_spec
         from agentbridge_mini.batch import encode_task, records_of
-        from agentbridge_mini.run import collect_batch, read_jsonl
+        from agentbridge_mini.run import collect_batch, make_agent, read_jsonl
 
-        spec = golden_spec(kind)
-        agent = Agent.from_spec(spec)
+        # the lengths kind: this backend's own length (max_len) below the spec's budgets
+        total = BACKEND_LENGTHS["max_prompt"] + BACKEND_LENGTHS["max_response"]
+        spec = golden_spec(kind, ["backend.name=mini", f"backend.options={{max_len: {total}}}"] if kind == LENGTHS
+                           else [])
+        agent = make_agent(spec, self.config(spec)["max_len"])
         rows = [encode_task(t) for t in agent.tasks("train")]
         batch = collect_batch(agent, rows, GoldenPolicy(agent.tokenizer), spec.algorithm.group_size)
         write_jsonl(Path(workdir) / "batch.jsonl", batch)

@@ -10,13 +10,22 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.agent_edge import fit_limits
 from agentbridge.runs import append_jsonl, write_jsonl
-from agentbridge.spec import load_spec
+from agentbridge.spec import Spec, load_spec
 from agentbridge_mini.batch import decode_task, to_batch
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def make_agent(spec: Spec, max_len: int) -> Agent:
+    """The spec's agent, its budgets cut to what a batch row keeps (``max_len`` tokens, prompt + response) by
+    agentbridge's one budget rule, so no episode is cut after the driver let it through."""
+    agent = Agent.from_spec(spec)
+    agent.limits = fit_limits(agent.limits, max_total=max_len)
+    return agent
 
 
 def collect_batch(agent: Agent, rows: list[dict[str, Any]], policy: Any, group_size: int) -> list[dict[str, Any]]:
@@ -50,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     args = parser.parse_args(argv)
     config = json.loads((args.job / "mini.json").read_text())
-    agent = Agent.from_spec(load_spec(args.job / "spec.yaml"))
+    agent = make_agent(load_spec(args.job / "spec.yaml"), config["max_len"])
     rows = read_jsonl(args.job / "data" / "train.jsonl")
     if not rows:
         raise SystemExit("error: the job has no training tasks")

@@ -17,8 +17,9 @@ from agentbridge_mini.batch import group_advantages
 
 SPEC = Path(__file__).resolve().parents[1] / "spec.yaml"
 
-# one test per golden text case: the episodes this backend trains on are the driver's, token for token
-test_conformance = conformance_tests("mini", kinds=("text",))
+# one test per golden case: the episodes this backend trains on are the driver's, token for token, also when its
+# own length (max_len) is below the spec's budgets
+test_conformance = conformance_tests("mini", kinds=("text", "lengths"))
 
 
 def test_registered_and_implements_the_protocol() -> None:
@@ -31,7 +32,8 @@ def test_registered_and_implements_the_protocol() -> None:
     ([], []),
     (["algorithm.name=ppo"], ["algorithm.name: mini cannot run 'ppo' (it runs grpo)"]),
     (["backend.options.policy=oracle"], ["backend.options.policy: must be one of model, expert"]),
-    (["backend.options.lr_warmup=3"], ["backend.options.lr_warmup: unknown mini option; known: policy"]),
+    (["backend.options.lr_warmup=3"], ["backend.options.lr_warmup: unknown mini option; known: max_len, policy"]),
+    (["backend.options.max_len=0"], ["backend.options.max_len: must be a positive number of tokens, not 0"]),
     (["backend.name=trl", "backend.options.lr_warmup=3"], []),  # another backend's options are not checked here
 ])
 def test_check(sets: list[str], expected: list[str]) -> None:
@@ -49,7 +51,7 @@ def test_compile_validate_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     backend = MiniBackend()
     job = backend.compile(load_spec(SPEC), tmp_path / "job")
     assert json.loads((job.path / "mini.json").read_text()) == {"steps": 2, "batch_size": 3, "group_size": 2,
-                                                                "policy": "expert", "seed": 0}
+                                                                "policy": "expert", "seed": 0, "max_len": 768}
     assert job.manifest["backend"] == "mini" and job.manifest["tasks"] == {"train": 16}
     assert backend.validate(job).ok
     run_dir = backend.launch(job, run_dir=tmp_path / "run")
