@@ -13,7 +13,9 @@ to show its environment trains end to end) and returns the run's metric rows.
 
 :func:`logical_gpu_cluster` and :class:`TimedRay` let a backend's tests drive its multi-node placement on a CPU
 machine: a local Ray cluster whose raylets declare GPUs no CUDA stands behind, and a ``ray`` whose ``get`` gives
-up instead of waiting forever on a placement group that cannot be placed.
+up instead of waiting forever on a placement group that cannot be placed. :func:`ray_job_submitted`,
+:func:`ray_driver_env` and :func:`merge_as_ray_init` replay a job's ``submit.sh`` up to the backend's ``ray.init``
+with Ray's own code.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from agentbridge.rollout.parsers import HermesParser, ToolCallParser
 from agentbridge.rollout.trajectory import Trajectory, Turn
 
 __all__ = ["EnvironmentCheckError", "TimedRay", "check_environment", "environment_problems",
-           "environment_problems_async", "logical_gpu_cluster", "short_training_run"]
+           "environment_problems_async", "logical_gpu_cluster", "merge_as_ray_init", "ray_driver_env",
+           "ray_job_submitted", "short_training_run"]
 
 ROLES = ("system", "user", "assistant", "tool")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style function calling accepts
@@ -440,6 +443,58 @@ class TimedRay:
         import ray
 
         return ray.get(refs, timeout=self.wait if timeout is None else timeout)
+
+
+RAY_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # ray._private.runtime_env.constants
+
+
+def ray_job_submitted(submit: Any, tmp: Any, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """A compiled job's ``submit.sh`` run against a recorder standing in for the ``ray`` CLI (no cluster here):
+    the Job's runtime env, as Ray's own CLI parser builds it from the recorded options, and its entrypoint argv."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from ray.dashboard.modules.dashboard_sdk import parse_runtime_env_args
+
+    bin_dir, record = Path(tmp) / "ray-cli", Path(tmp) / "ray-argv"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "ray").write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" > {record}\n")
+    (bin_dir / "ray").chmod(0o755)
+    res = subprocess.run(["bash", str(submit)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **(env or {}), "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert res.returncode == 0, res.stderr
+    argv = record.read_text().split("\0")[:-1]
+    assert argv[:2] == ["job", "submit"], argv
+    cut = argv.index("--")
+    options = dict(zip(argv[2:cut:2], argv[3:cut:2], strict=True))
+    runtime_env = parse_runtime_env_args(runtime_env_json=options.get("--runtime-env-json"),
+                                         working_dir=options.get("--working-dir"))
+    return runtime_env, argv[cut + 1:]
+
+
+def ray_driver_env(job_runtime_env: dict[str, Any]) -> dict[str, str]:
+    """The environment Ray's job supervisor gives the Job's driver: the Job's ``env_vars`` and its job config."""
+    import os
+
+    return {**os.environ, **job_runtime_env.get("env_vars", {}),
+            RAY_JOB_CONFIG_ENV: json.dumps({"runtime_env": job_runtime_env})}
+
+
+def merge_as_ray_init(job_runtime_env: dict[str, Any], init_runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """``ray.init(runtime_env=init_runtime_env)`` inside the Job: Ray's merge, and its error on a conflict."""
+    import os
+
+    from ray.job_config import JobConfig
+    from ray.runtime_env.runtime_env import _merge_runtime_env
+
+    injected = JobConfig.from_json({"runtime_env": job_runtime_env})
+    merged = _merge_runtime_env(injected.runtime_env, init_runtime_env,
+                                override=os.getenv("RAY_OVERRIDE_JOB_RUNTIME_ENV") == "1")
+    if merged is None:
+        raise ValueError(f"Failed to merge the Job's runtime env {injected.runtime_env} with a ray.init's runtime "
+                         f"env {init_runtime_env} because of a conflict")
+    return dict(merged)
 
 
 SHORT_RUN = ["algorithm.steps=2", "algorithm.batch_size=2", "data.train.size=64", "data.eval.size=8"]

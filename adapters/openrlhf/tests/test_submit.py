@@ -6,9 +6,10 @@ import itertools
 import sys
 from pathlib import Path
 
-from ray_job import driver_env, merge_as_ray_init, submitted, train_ray_init_runtime_env
+from ray_job import train_ray_init_runtime_env
 
 from agentbridge.spec import load_spec
+from agentbridge.testing import merge_as_ray_init, ray_driver_env, ray_job_submitted
 from agentbridge_openrlhf.backend import OpenRLHFBackend
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -20,13 +21,13 @@ def test_submitted_job_runtime_env_merges_with_train_ppo_rays_ray_init(tmp_path:
     gives train() the value it passes on."""
     spec = load_spec(ROOT / "examples/calculator.yaml", ["resources.nodes=2", "resources.gpus_per_node=8"])
     job = OpenRLHFBackend().compile(spec, tmp_path / "job")
-    job_env, entrypoint = submitted(job.path / "submit.sh", tmp_path, {"PYTHON": sys.executable})
+    job_env, entrypoint = ray_job_submitted(job.path / "submit.sh", tmp_path, {"PYTHON": sys.executable})
     assert job_env["working_dir"] == str(job.path) and "runs/" in job_env["excludes"]
     head = 1 if entrypoint[0] == "env" else 0  # env VAR=value ... command
     assigned = dict(a.split("=", 1) for a in itertools.takewhile(lambda a: "=" in a, entrypoint[head:]))
     command = entrypoint[head + len(assigned):]
     assert command[:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"], command
-    init_env = train_ray_init_runtime_env(command[2], {**driver_env(job_env), **assigned})
+    init_env = train_ray_init_runtime_env(command[2], {**ray_driver_env(job_env), **assigned})
     assert init_env["env_vars"]["TOKENIZERS_PARALLELISM"] == "false" and init_env["env_vars"]["NCCL_DEBUG"] == "WARN"
     merged = merge_as_ray_init(job_env, init_env)
     assert merged["working_dir"] == str(job.path) and merged["env_vars"] == init_env["env_vars"]

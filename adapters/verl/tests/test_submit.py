@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from conftest import compile_job
-from ray_job import driver_env, merge_as_ray_init, submitted
+
+from agentbridge.testing import merge_as_ray_init, ray_driver_env, ray_job_submitted
 
 PROBE = Path(__file__).with_name("ray_init_probe.py")
 
@@ -23,10 +24,10 @@ def test_submitted_job_runtime_env_merges_with_main_ppos_ray_init(tmp_path: Path
     python = tmp_path / "python"  # what PYTHON names on the cluster: here it runs main_ppo up to ray.init
     python.write_text(f"#!/bin/sh\nexec {sys.executable} {PROBE} \"$@\"\n")
     python.chmod(0o755)
-    job_env, entrypoint = submitted(job.path / "submit.sh", tmp_path, {"PYTHON": str(python)})
+    job_env, entrypoint = ray_job_submitted(job.path / "submit.sh", tmp_path, {"PYTHON": str(python)})
     assert job_env["working_dir"] == str(job.path) and job_env["env_vars"]["AGENTBRIDGE_JOB"] == "job"
-    res = subprocess.run(entrypoint, cwd=job.path, env=driver_env(job_env) | NO_PHASES, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(entrypoint, cwd=job.path, env=ray_driver_env(job_env) | NO_PHASES, capture_output=True,
+                         text=True, timeout=300)
     lines = [line for line in res.stdout.splitlines() if line.startswith("RAY_INIT ")]
     assert res.returncode == 0 and lines, res.stderr[-3000:]
     init_env = json.loads(lines[-1].removeprefix("RAY_INIT "))["runtime_env"]
