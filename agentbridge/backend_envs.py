@@ -24,10 +24,14 @@ from pathlib import Path
 from typing import Any
 
 CPU_TORCH = "torch==2.13.0"  # the CPU build on this project's machines; an unpinned torch pulls CUDA wheels
-# backend -> (module that must import, adapter distribution, adapter extra, CPU-only extra steps, GPU extras)
+# backend -> (module that must import, adapter distribution, adapter extra, CPU-only extra steps, GPU extras and the
+# GPU steps after them)
 FIRST_PARTY: dict[str, dict[str, Any]] = {
     "trl": {"module": "trl", "adapter": "agentbridge-trl", "extra": "backend", "gpu": ["trl[vllm]==1.16.0"]},
-    "verl": {"module": "verl", "adapter": "agentbridge-verl", "extra": "backend", "gpu": ["verl[vllm]==0.9.1"]},
+    # veRL builds its FSDP actor with flash_attention_2 but lists flash-attn only under its `fsdp` extra; it
+    # compiles against the installed torch, so it goes in after, without build isolation
+    "verl": {"module": "verl", "adapter": "agentbridge-verl", "extra": "backend", "gpu": ["verl[vllm]==0.9.1"],
+             "gpu_post": [["--no-build-isolation", "flash-attn==2.8.3"]]},
     # OpenRLHF's DeepSpeed and flash-attn cannot build without CUDA: on CPU it goes in without its dependencies
     # and the adapter's `cpu` extra brings the part that runs on CPU
     "openrlhf": {"module": "openrlhf", "adapter": "agentbridge-openrlhf", "extra": "backend", "cpu_extra": "cpu",
@@ -119,7 +123,7 @@ def recipe(backend: str, *, cpu: bool, plugins: list[str] | None = None, extra: 
         steps += [[CPU_TORCH], *info.get("cpu_pre", [])]
         steps.append([CPU_TORCH, *packages])
     else:
-        steps.append([*packages, *info["gpu"]])
+        steps += [[*packages, *info["gpu"]], *info.get("gpu_post", [])]
     steps.append(QWEN_VOCAB)
     return Recipe(backend, str(info["module"]), "cpu" if cpu else "gpu", steps)
 

@@ -48,7 +48,11 @@ def test_recipes_pin_each_backend() -> None:
         openrlhf.steps[2])
     gpu = backend_envs.recipe("openrlhf", cpu=False, plugins=[])
     assert "openrlhf[vllm]==0.11.2" in gpu.steps[0] and "torch==2.13.0" not in " ".join(gpu.steps[0])
-    assert verl.digest() != backend_envs.recipe("verl", cpu=False, plugins=["agentbridge-math"]).digest()
+    verl_gpu = backend_envs.recipe("verl", cpu=False, plugins=["agentbridge-math"])
+    assert verl.digest() != verl_gpu.digest()
+    # veRL's actor uses flash_attention_2: flash-attn is built after torch is in, against it
+    assert "verl[vllm]==0.9.1" in verl_gpu.steps[0] and verl_gpu.steps[1] == ["--no-build-isolation",
+                                                                               "flash-attn==2.8.3"]
     with pytest.raises(ValueError, match="no recipe for 'nope'"):
         backend_envs.recipe("nope", cpu=True)
 

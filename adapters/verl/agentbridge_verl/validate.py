@@ -239,6 +239,28 @@ def _images(model: str, cfg: Any, agent: Any, skipped: list[str]) -> list[Proble
     return problems
 
 
+def _attention(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
+    """veRL builds the actor with ``flash_attention_2`` unless the model's ``override_config`` says otherwise;
+    without flash-attn installed, a job for GPUs (``resources.gpus_per_node``) fails when it builds the model."""
+    import importlib.util
+
+    model = cfg.actor_rollout_ref.model
+    impl = (model.get("override_config") or {}).get("attn_implementation", "flash_attention_2")
+    if spec.resources.gpus_per_node <= 0 or impl != "flash_attention_2" \
+            or importlib.util.find_spec("flash_attn") is not None:
+        return []
+    where = "actor_rollout_ref.model.override_config.attn_implementation"
+    import torch
+
+    if not torch.cuda.is_available():  # a CPU environment checking a GPU job: the GPU recipe installs flash-attn
+        skipped.append(f"{where}: flash_attention_2 needs flash-attn, not in this CPU environment "
+                       "(`agentbridge backends setup verl --gpu` installs it)")
+        return []
+    return [Problem(where, "flash_attention_2 needs flash-attn, which is not installed: run `agentbridge backends "
+                           "setup verl --gpu`, or set it to sdpa with "
+                           "actor_rollout_ref.model.use_remove_padding=false")]
+
+
 def compose_job(job_dir: Path, spec: Any, model: str) -> Any:
     """The job's trainer config as ``main_ppo`` composes it from ``launch.sh``'s command line (unresolved)."""
     from hydra import compose, initialize_config_dir
@@ -340,7 +362,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
     if start.tokenizer is None:
         skipped.append("actor_rollout_ref.model: veRL's model config reads the model's files; not built here")
     problems += _dataclasses(cfg, model_files=start.tokenizer is not None) + _algorithm(cfg) + _reward(cfg)
-    problems += _agent_loop(job_dir, cfg) + _trainer_path(cfg)
+    problems += _agent_loop(job_dir, cfg) + _trainer_path(cfg) + _attention(cfg, spec, skipped)
     agent, agent_problems = kit.agent_check(spec, start.tokenizer)
     if start.tokenizer is None:  # a hub id not on this machine: no processor to build (said in skipped)
         return problems + agent_problems

@@ -90,6 +90,13 @@ def test_a_hub_id_job_is_validated_as_far_as_no_model_files_allow(tmp_path: Path
     assert validate_job(job.path, skipped) == []
     assert skipped[0].startswith("model.path Qwen/Qwen2.5-0.5B-Instruct: not on this machine")
     assert any(line.startswith("actor_rollout_ref.model:") for line in skipped)
+    gpu: list[str] = []  # a job for GPUs: flash-attn, which veRL's actor uses, is in the GPU environment only
+    assert validate_job(compile_job(tmp_path / "gpu", "model.path=Qwen/Qwen2.5-0.5B-Instruct",
+                                    "resources.gpus_per_node=1").path, gpu) == []
+    assert [line for line in gpu if "flash" in line] == [
+        "actor_rollout_ref.model.override_config.attn_implementation: flash_attention_2 needs flash-attn, not in this "
+        "CPU environment (`agentbridge backends setup verl --gpu` installs it)"]
+    assert not [line for line in skipped if "flash" in line]  # a CPU spec
     broken = compile_job(tmp_path / "broken", "model.path=Qwen/Qwen2.5-0.5B-Instruct", "algorithm.group_size=1")
     assert validate_job(broken.path, [])  # the checks that need no model still find problems
 
