@@ -81,8 +81,14 @@ def test_launch_script_runs_the_arms_around_the_backends_trainer(tmp_path: Path,
     assert {"before_training", "before_rl", "after_rl"} <= set(evals)
     assert evals["after_rl"]["n"] == 24 and evals["after_rl"]["mean"] == evals["before_rl"]["mean"]
     assert json.loads((run / "warm_start.json").read_text())["steps"] == 4
+    if backend == "openrlhf":  # after the trainer: its TensorBoard scalars as the run's metrics.jsonl
+        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [1, 2] and rows[0]["reward/mean"] == 0.5 and rows[0]["time/step_s"] == 4.0
+        assert rows[0]["openrlhf/loss"] == pytest.approx(-0.01) and rows[0]["episode/response_tokens"] == 30.0
+        assert "2 RL steps, 4.00 s/step on average." in (run / "report.md").read_text()  # converted before finish
 
     alone = tmp_path / "alone"  # AGENTBRIDGE_PHASES=off: the trainer alone, from the spec's model
     env |= {"RUN_DIR": str(alone), "OUT": str(alone), "AGENTBRIDGE_PHASES": "off"}
     assert subprocess.run(["bash", str(job / "launch.sh")], env=env, capture_output=True).returncode == 0
     assert WARM_MODEL not in record.read_text() and not (alone / "eval.json").exists()
+    assert (alone / "metrics.jsonl").is_file() == (backend == "openrlhf")

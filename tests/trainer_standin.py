@@ -1,6 +1,8 @@
 """Stand-in for a GPU trainer's program (veRL's ``main_ppo``, OpenRLHF's ``train_ppo_ray``), which cannot run on a
 CPU: it records its argv and saves the model it was given where that trainer saves its trained HF model, so the
-launch script's phases around it (prepare before, finish after) run for real.
+launch script's phases around it (prepare before, finish after) run for real. As OpenRLHF, it also logs two steps to
+TensorBoard where OpenRLHF's logger would (``<--logger.tensorboard_dir>/<run name>``, tags ``train/<key>``), for the
+launch script's conversion to ``metrics.jsonl``.
 
     python trainer_standin.py verl|openrlhf ARGS...
 """
@@ -11,7 +13,22 @@ import json
 import os
 import shutil
 import sys
+from datetime import datetime
 from pathlib import Path
+
+# a few of the keys OpenRLHF 0.11.2's PPO trainer logs each step (its trainer's stats, the actor's, the executor's)
+OPENRLHF_STEP = {"rollout/reward_mean": 0.5, "rollout/reward_std": 0.1, "timing/generation": 2.0,
+                 "timing/step_total": 4.0, "policy_loss": -0.01, "actor_lr": 1e-6, "episode/response_tokens": 30.0}
+
+
+def log_openrlhf_steps(tensorboard_dir: str) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_name = f"ppo_{datetime.now():%m%dT%H:%M}"  # OpenRLHF's default --logger.wandb.run_name
+    with SummaryWriter(log_dir=os.path.join(tensorboard_dir, run_name)) as writer:
+        for step in (1, 2):
+            for key, value in OPENRLHF_STEP.items():
+                writer.add_scalar(f"train/{key}", value, step)
 
 
 def main(argv: list[str]) -> None:
@@ -20,6 +37,7 @@ def main(argv: list[str]) -> None:
     if backend == "openrlhf":
         model, out = args[args.index("--actor.model_name_or_path") + 1], args[args.index("--ckpt.output_dir") + 1]
         shutil.copytree(model, out)
+        log_openrlhf_steps(args[args.index("--logger.tensorboard_dir") + 1])
         return
     values = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
     checkpoints = Path(values["trainer.default_local_dir"])

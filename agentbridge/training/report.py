@@ -132,10 +132,15 @@ def write_report(run_dir: Path) -> Path:
             ax.grid(alpha=0.3)
 
         _plot(run_dir / "reward_curve.png", draw_reward)
-        mean_step = sum(r["time/step_s"] for r in rows) / len(rows)
-        lines += ["## RL", "", "![reward curve](reward_curve.png)", "",
-                  f"{len(rows)} RL steps, {mean_step:.2f} s/step on average, "
-                  f"peak memory {max(r['memory/peak_gb'] for r in rows):.2f} GB.", ""]
+        # a backend logs what it logs (OpenRLHF no memory figure): say only what the rows hold
+        times = [r["time/step_s"] for r in rows if "time/step_s" in r]
+        memory = [r["memory/peak_gb"] for r in rows if "memory/peak_gb" in r]
+        facts = [f"{len(rows)} RL steps"]
+        if times:
+            facts.append(f"{sum(times) / len(times):.2f} s/step on average")
+        if memory:
+            facts.append(f"peak memory {max(memory):.2f} GB")
+        lines += ["## RL", "", "![reward curve](reward_curve.png)", "", ", ".join(facts) + ".", ""]
     path = run_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path

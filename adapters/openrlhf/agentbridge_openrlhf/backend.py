@@ -79,6 +79,11 @@ def dataset_row(spec: Spec, task: Any) -> dict[str, Any]:
     return row
 
 
+TRACKERS_NOTE = ("logging: OpenRLHF writes TensorBoard events to <run>/tensorboard; after its trainer they become "
+                 "the run's metrics.jsonl, and every tracker of the spec (tensorboard, wandb, mlflow, trackio; "
+                 "its package installed in the OpenRLHF environment) gets those rows then, not live")
+
+
 class OpenRLHFBackend:
     """Compiles a spec into an OpenRLHF 0.11.2 PPO-family job whose agent executor runs agentbridge's driver."""
 
@@ -96,6 +101,7 @@ class OpenRLHFBackend:
                 "broadcasts the advantage over every generated token (no per-turn credit)",
                 "images: a task's first ones (task.data['images']) travel in the dataset's images key, later "
                 "ones come from the environment; every image in order reaches vLLM and pixel_values",
+                TRACKERS_NOTE,
             ])
 
     def check(self, spec: Spec) -> list[Problem]:
@@ -118,10 +124,6 @@ class OpenRLHFBackend:
             problems.append(Problem("resources", f"the OpenRLHF job asks for {describe_demand(demand)}, more than "
                                     f"{spec.resources.nodes}x{spec.resources.gpus_per_node} = {world_size(spec)}; "
                                     "its placement groups would wait forever"))
-        for tracker in spec.logging.enabled():
-            if tracker != "tensorboard":  # the job always writes TensorBoard events to <run>/tensorboard
-                problems.append(Problem(f"logging.{tracker}", f"the OpenRLHF job logs to TensorBoard only "
-                                        f"(logging.tensorboard); {tracker} runs with the trl or verl backend"))
         if spec.agent.sampling.top_k:
             problems.append(Problem("agent.sampling.top_k", f"OpenRLHF {OPENRLHF_PIN} has no top_k flag (it samples "
                                                             "with top_k=-1); remove it"))
@@ -168,7 +170,12 @@ class OpenRLHFBackend:
         local = to_argv(values)
         ws = spec.algorithm.warm_start
         warm = NOTES[-1] if ws is not None and ws.control else None  # "algorithm.warm_start.control is not run"
-        notes = [n for n in (kit.foreign_note(self, spec, "OpenRLHF"), warm) if n]  # `agentbridge compile` prints them
+        trackers = [t for t in spec.logging.enabled() if t != "tensorboard"]
+        late = (f"logging.{' and logging.'.join(trackers)}: fed after OpenRLHF's trainer ends, from its TensorBoard "
+                "events, not live (launch.sh runs agentbridge_openrlhf.run_metrics; after submit.sh, run it where "
+                "OUT is)") if trackers else None
+        # `agentbridge compile` prints them
+        notes = [n for n in (kit.foreign_note(self, spec, "OpenRLHF"), warm, late) if n]
         kit.write_script(out / "launch.sh", _launch_lines(spec, local), notes)
         kit.write_script(out / "submit.sh", _submit_lines(spec, local), notes)
         return kit.new_job(self, spec, out, version=__version__, pin=OPENRLHF_PIN,
@@ -249,6 +256,9 @@ def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
         'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
         'mkdir -p "$OUT"',
         '"$PYTHON" -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
+        "# the run format every backend writes: OpenRLHF's TensorBoard scalars as metrics.jsonl (the run report's RL",
+        "# section), fed to the spec's trackers",
+        '[ ! -d "$OUT/tensorboard" ] || "$PYTHON" -m agentbridge_openrlhf.run_metrics "$OUT" --job "$JOB" || true',
         *after,
     ]
 

@@ -3,8 +3,9 @@
 The job turns on veRL's file logger (``trainer.logger`` includes ``file``; ``VERL_FILE_LOGGER_PATH`` is
 ``RUN_DIR/verl_metrics.jsonl``); after the trainer, ``launch.sh`` converts its rows to ``RUN_DIR/metrics.jsonl`` in the
 normalized names every backend's run uses, so ``agentbridge report`` draws veRL runs beside TRL's. Names without a
-normalized counterpart are kept under ``verl/``. Every metric here comes from a real (GPU) training step: veRL's
-trainer does not run on CPU.
+normalized counterpart are kept under ``verl/``. Each row then goes to the plugins' ``on_metrics`` hook (the spec's
+trackers are not among them: veRL's own ``trainer.logger`` writes to them). Every metric here comes from a real (GPU)
+training step: veRL's trainer does not run on CPU.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ NORMALIZED = {
     "tool_call_counts/mean": "tools/calls",
     "timing_s/step": "time/step_s",
     "timing_s/gen": "time/rollout_s",
-    "perf/throughput": "throughput/tokens_per_s",
+    "perf/throughput": "verl/throughput_per_gpu",  # veRL divides by the GPUs; the job's rate is computed below
     "perf/max_memory_allocated_gb": "memory/peak_gb",
     "actor/pg_loss": "verl/loss",
     "actor/pg_clipfrac": "verl/clip_fraction",
-    "actor/ppo_kl": "verl/kl",
+    "actor/kl_loss": "verl/kl",  # KL to the reference policy (use_kl_loss), as TRL's and OpenRLHF's kl
+    "actor/ppo_kl": "verl/ppo_kl",  # between the rollout's (old) policy and the updated one: another quantity
     "actor/entropy": "verl/entropy",
     "actor/grad_norm": "verl/grad_norm",
     "actor/lr": "verl/lr",
@@ -43,11 +45,24 @@ def normalize(step: int, data: dict[str, Any]) -> dict[str, float]:
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue
         row[NORMALIZED.get(name, f"verl/{name}")] = float(value)
+    tokens, seconds = data.get("perf/total_num_tokens"), data.get("timing_s/step")
+    if isinstance(tokens, int | float) and isinstance(seconds, int | float) and seconds > 0:
+        row["throughput/tokens_per_s"] = float(tokens) / float(seconds)  # the whole job's, as other backends log
     return row
 
 
-def convert(run_dir: Path) -> tuple[int, list[str]]:
-    """Write ``metrics.jsonl`` from veRL's file logger; returns the rows written and one line per bad input line."""
+def feed(rows: list[dict[str, float]], run_dir: Path, plugins: Any, problems: list[str]) -> None:
+    """Each row to the plugins' ``on_metrics`` hook; a failing plugin is one line in ``problems``, and no more rows."""
+    try:
+        for row in rows:
+            plugins.hook.on_metrics(step=int(row["step"]), metrics=row, run=run_dir)
+    except Exception as e:  # noqa: BLE001 - the run's metrics.jsonl is written already
+        problems.append(f"on_metrics: {type(e).__name__}: {e}")
+
+
+def convert(run_dir: Path, plugins: Any = None) -> tuple[int, list[str]]:
+    """Write ``metrics.jsonl`` from veRL's file logger, then hand each row to ``plugins`` (when given); returns the
+    rows written and one line per bad input line."""
     problems: list[str] = []
     source = run_dir / SOURCE
     if not source.is_file():
@@ -60,6 +75,8 @@ def convert(run_dir: Path) -> tuple[int, list[str]]:
             continue
         rows.append(normalize(step, data))
     write_jsonl(run_dir / "metrics.jsonl", rows)
+    if plugins is not None:
+        feed(rows, run_dir, plugins, problems)
     return len(rows), problems
 
 
@@ -68,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m agentbridge_verl.run_metrics RUN_DIR", file=sys.stderr)
         return 2
-    written, problems = convert(Path(args[0]))
+    from agentbridge.plugins import get_plugins
+
+    written, problems = convert(Path(args[0]), get_plugins())
     for line in problems:
         print(f"agentbridge: {line}", file=sys.stderr)
     print(f"agentbridge: {written} step(s) of veRL metrics in {Path(args[0]) / 'metrics.jsonl'}", file=sys.stderr)
