@@ -52,7 +52,14 @@ def test_compare_conformance_puts_the_algorithm_and_step_results_in_the_report(t
     page = (tmp_path / "report" / "report.html").read_text()
     trl_row = page.split("<table class='backends'>")[1].split("<td>trl</td>")[1].split("</tr>")[0]
     conformance = trl_row.split("<td>")[3]
-    assert conformance.startswith("identical (text, vlm); algorithms: grpo "), conformance
+    kinds = re.match(r"identical \(([a-z, ]+)\); algorithms: grpo ", conformance)
+    assert kinds and {"text", "vlm"} <= set(kinds.group(1).split(", ")), conformance
     assert "dapo ≠ kept" in conformance
     step = conformance.split("; one step (grpo): ")[1].split("</td>")[0].split()
     assert step[0] in ("✔", "≈") and step[1::2] == ["loss", "grad", "update"], step
+    # the same cells as the algorithm x backend table: one row per algorithm, a column for TRL, and the legend
+    parity = page.split("<table class='parity'>")[1].split("</table>")[0]
+    rows = [re.findall(r"<t[hd][^>]*>([^<]*)</t[hd]>", r) for r in parity.split("</tr>") if "<t" in r]
+    assert rows[0] == ["algorithm", "trl"] and [r[0] for r in rows[1:4]] == ["grpo", "dr_grpo", "dapo"], rows
+    assert dict(rows[1:])["dapo"] == "≠ kept" and dict(rows[1:])["grpo"] in ("✔", "≈")
+    assert "≠ a documented difference" in page.split("<table class='parity'>")[1].split("<p class='legend'>")[1]

@@ -11,8 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentbridge.spec import Spec
+
+if TYPE_CHECKING:
+    from agentbridge.conformance.algorithms import Cell
 
 
 @dataclass
@@ -27,6 +31,7 @@ class Outcome:
     run_dir: Path | None = None
     problems: list[str] = field(default_factory=list)
     semantics: dict[str, str] = field(default_factory=dict)  # what the job will do, by the backend's own config
+    algorithms: list[Cell] = field(default_factory=list)  # its column of the algorithm x backend table
 
     def row(self) -> dict[str, str]:
         return {"backend": self.backend, "compile": self.compile, "validate": self.validate,
@@ -76,6 +81,7 @@ def _one(spec: Spec, name: str, out: Path, *, conformance: bool, train: bool, sa
         except Exception as e:  # noqa: BLE001 - one line in the report, the other backends go on
             result.problems.append(f"{name}: algorithms: {e}")
         else:  # the backend's column of the algorithm x backend table (see `agentbridge conformance --algorithms`)
+            result.algorithms = cells
             result.conformance += "; algorithms: " + ", ".join(
                 f"{c.algorithm} {c.status}" + (f" {','.join(c.unexpected() if c.status == '✘' else c.differing())}"
                                                if c.status in ("≠", "✘") else "")
@@ -127,6 +133,7 @@ def compare_backends(spec: Spec, names: list[str], out: Path, *, conformance: bo
             outcomes.append(failed)
     runs = [o.run_dir for o in outcomes if o.run_dir is not None]
     semantics = {o.backend: o.semantics for o in outcomes if o.semantics}
+    algorithms = {o.backend: o.algorithms for o in outcomes if o.algorithms}
     path, report_problems = write_report(runs, out / "report", backends=[o.row() for o in outcomes],
-                                         semantics=semantics)
+                                         semantics=semantics, algorithms=algorithms)
     return path, outcomes, [p for o in outcomes for p in o.problems] + report_problems

@@ -1,7 +1,8 @@
 """Side-by-side report of several run directories: plots (PNG) and ``report.html``.
 
 A run directory holds ``manifest.json`` and ``metrics.jsonl`` (normalized names), as every backend writes
-them. Missing, partial or older runs give one problem line each; the rest of the report still renders.
+them, and ``eval.json`` (held-out success per arm) when the run evaluated. Missing, partial or older runs give one
+problem line each; the rest of the report still renders.
 """
 
 from __future__ import annotations
@@ -10,18 +11,15 @@ import html
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from agentbridge.compare.plots import draw_all
 from agentbridge.compare.semantics import semantics_table
 from agentbridge.runs import read_jsonl
 
-# (metric, y label, file) drawn against the step, one line per run
-PLOTS = [
-    ("reward/mean", "reward (mean over episodes)", "reward.png"),
-    ("throughput/tokens_per_s", "tokens / s", "throughput.png"),
-    ("time/step_s", "seconds per step", "step_time.png"),
-    ("memory/peak_gb", "peak memory (GB)", "memory.png"),
-]
+if TYPE_CHECKING:
+    from agentbridge.conformance.algorithms import Cell
+
 REQUIRED = ("step", "reward/mean")
 COMPARED = ("spec_hash", "chat_template_hash", "seed")  # runs should differ in nothing but the backend
 
@@ -32,6 +30,8 @@ class RunData:
     label: str
     manifest: dict[str, Any] = field(default_factory=dict)
     rows: list[dict[str, float]] = field(default_factory=list)
+    evals: dict[str, Any] = field(default_factory=dict)  # eval.json: arm -> summary
+    wall: list[float] | None = None  # seconds since the first step began, at the end of each row's step
 
 
 def _load(path: Path, problems: list[str]) -> RunData | None:
@@ -59,6 +59,21 @@ def _load(path: Path, problems: list[str]) -> RunData | None:
             problems.append(f"{metrics_path}:{n}: lacks {', '.join(missing)} (an older or foreign format?); skipped")
             continue
         run.rows.append(row)
+    if run.rows and all(isinstance(r.get("time/step_s"), int | float) for r in run.rows):
+        total, run.wall = 0.0, []
+        for r in run.rows:
+            total += r["time/step_s"]
+            run.wall.append(total)
+    elif run.rows:
+        problems.append(f"{metrics_path}: some steps lack time/step_s; this run is left out of the wall-time plots")
+    eval_path = path / "eval.json"
+    if eval_path.is_file():
+        try:
+            evals = json.loads(eval_path.read_text())
+        except json.JSONDecodeError as e:
+            problems.append(f"{eval_path}: not valid JSON ({e.msg} at line {e.lineno}); held-out success not drawn")
+        else:
+            run.evals = evals if isinstance(evals, dict) else {}
     return run
 
 
@@ -77,51 +92,6 @@ def differences(runs: list[RunData]) -> list[str]:
     return out
 
 
-def _plot(runs: list[RunData], metric: str, ylabel: str, out: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    drawn = False
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for run in runs:
-        points = [(r["step"], r[metric]) for r in run.rows if metric in r]
-        if points:
-            ax.plot(*zip(*points, strict=True), marker="o", markersize=2, label=run.label)
-            drawn = True
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return drawn
-
-
-def _finish_plot(runs: list[RunData], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    reasons = ("done", "max_turns", "length", "error")
-    fig, ax = plt.subplots(figsize=(6.5, 3.2))
-    bottoms = [0.0] * len(runs)
-    for reason in reasons:
-        shares = [sum(r.get(f"finish/{reason}", 0.0) for r in run.rows) / max(1, len(run.rows)) for run in runs]
-        ax.barh([run.label for run in runs], shares, left=bottoms, label=reason)
-        bottoms = [b + s for b, s in zip(bottoms, shares, strict=True)]
-    ax.set_xlabel("share of episodes")
-    ax.set_xlim(0, 1)
-    ax.legend(fontsize=8, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-
-
 def _summary(run: RunData) -> dict[str, str]:
     rows = run.rows
     last = rows[-1] if rows else {}
@@ -130,55 +100,149 @@ def _summary(run: RunData) -> dict[str, str]:
         values = [r[key] for r in rows if key in r]
         return f"{sum(values) / len(values):.3f}" if values else "–"
 
+    timed = [(r["throughput/tokens_per_s"], r["time/step_s"]) for r in rows
+             if "throughput/tokens_per_s" in r and r.get("time/step_s")]
+    peaks = [r["memory/peak_gb"] for r in rows if "memory/peak_gb" in r]
+    after = run.evals.get("after_rl")
+    held_out = after.get("mean") if isinstance(after, dict) else None
     return {"run": run.label, "backend": str(run.manifest.get("backend", "?")), "steps": str(len(rows)),
-            "final reward": f"{last['reward/mean']:.3f}" if last else "–", "mean step s": mean("time/step_s"),
-            "tokens/s": mean("throughput/tokens_per_s"), "peak GB": mean("memory/peak_gb"),
+            "final reward": f"{last['reward/mean']:.3f}" if last else "–",
+            "held-out after RL": f"{held_out:.3f}" if isinstance(held_out, int | float) else "–",
+            "mean step s": mean("time/step_s"), "wall s": f"{run.wall[-1]:.1f}" if run.wall else "–",
+            # every token over every second (a step-time-weighted mean), and the highest peak of any step
+            "tokens/s": f"{sum(t * s for t, s in timed) / sum(s for _, s in timed):.1f}" if timed
+            else mean("throughput/tokens_per_s"),
+            "peak GB": f"{max(peaks):.3f}" if peaks else "–",
             "spec": str(run.manifest.get("spec_hash", "?"))[:10]}
 
 
-# Marks on <body> how many plots the browser decoded, so a headless browser can check the report rendered.
-_RENDER_CHECK = ("<script>addEventListener('load', () => { const imgs = [...document.images]; "
-                 "document.body.dataset.plots = imgs.length; document.body.dataset.rendered = "
-                 "imgs.filter(i => i.complete && i.naturalWidth > 0).length; });</script>")
-
-
-def _backend_table(rows: list[dict[str, str]]) -> str:
+def _table(rows: list[dict[str, str]], cls: str) -> str:
     if not rows:
         return ""
     head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row.values()) + "</tr>" for row in rows)
-    return f"<h2>Backends</h2><table class='backends'><tr>{head}</tr>{body}</table>"
+    return f"<table class='{cls}'><tr>{head}</tr>{body}</table>"
+
+
+def settings_table(runs: list[RunData]) -> str:
+    """HTML: what each run was made with (backend, spec and chat-template hash, seed, every package version in
+    ``manifest.json``), one column per run; a row whose runs hold different values is ``class='differs'``. A
+    package only some runs record (the backend's own) is shown, not compared."""
+    runs = [r for r in runs if r.manifest]
+    if not runs:
+        return ""
+    keys: list[tuple[str, tuple[str, ...]]] = [
+        ("backend", ("backend",)), ("spec hash", ("spec_hash",)), ("chat template hash", ("chat_template_hash",)),
+        ("seed", ("seed",))]
+    packages = dict.fromkeys(k for r in runs for k in (r.manifest.get("versions") or {}))
+    keys += [(name, ("versions", name)) for name in packages]
+    rows, differ = [], []
+    for name, path in keys:
+        values = []
+        for run in runs:
+            value: Any = run.manifest
+            for part in path:
+                value = value.get(part) if isinstance(value, dict) else None
+            values.append(value)
+        differs = name != "backend" and len({json.dumps(v) for v in values if v is not None}) > 1
+        differ += [name] if differs else []
+        cells = "".join(f"<td title='{html.escape(str(v))}'>{html.escape(_short(v))}</td>" for v in values)
+        mark = " class='differs'" if differs else ""
+        rows.append(f"<tr{mark}><th>{html.escape(name)}</th>{cells}</tr>")
+    head = "<tr><th></th>" + "".join(f"<th>{html.escape(r.label)}</th>" for r in runs) + "</tr>"
+    summary = (f"<p>The runs differ beyond the backend in: {html.escape(', '.join(differ))}.</p>" if differ
+               else "<p>The runs differ in nothing but the backend.</p>")
+    return f"<h2>What each run was made with</h2><table class='settings'>{head}{''.join(rows)}</table>{summary}"
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "–"
+    text = str(value)
+    return text[:12] if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else text  # a sha256
+
+
+_STATUS = {"✔": "identical", "≈": "close", "≠": "documented", "✘": "undocumented", "n/a": "na"}
+
+
+def parity_table(algorithms: dict[str, list[Cell]]) -> str:
+    """HTML: the algorithm x backend table of the conformance suite, as ``agentbridge conformance --algorithms``
+    prints it (the status, and after ≠ or ✘ the quantities), each cell's max |Δ| per quantity as its tooltip."""
+    from agentbridge.conformance.algorithms import ALGORITHMS, CLOSE, IDENTICAL
+
+    cells = {(c.algorithm, b): c for b, column in algorithms.items() for c in column}
+    if not cells:
+        return ""
+    names = [a for a in ALGORITHMS if any(a == c.algorithm for c in cells.values())]
+    names += [a for a in dict.fromkeys(c.algorithm for c in cells.values()) if a not in names]
+    rows = []
+    for name in names:
+        tds = []
+        for backend in algorithms:
+            c = cells.get((name, backend))
+            if c is None:
+                tds.append("<td></td>")
+                continue
+            named = c.unexpected() if c.status == "✘" else c.differing() if c.status == "≠" else []
+            text = " ".join([c.status, ",".join(named)]) if named else c.status
+            tip = c.why or "; ".join(f"{q} max|Δ|={d:.3g}" + (f" (documented: {c.known[q]})" if q in c.known else "")
+                                     for q, d in c.deltas.items())
+            tds.append(f"<td class='{_STATUS.get(c.status, '')}' title='{html.escape(tip)}'>{html.escape(text)}</td>")
+        rows.append(f"<tr><th>{html.escape(name)}</th>{''.join(tds)}</tr>")
+    head = "<tr><th>algorithm</th>" + "".join(f"<th>{html.escape(b)}</th>" for b in algorithms) + "</tr>"
+    legend = (f"✔ identical (max |Δ| ≤ {IDENTICAL:g}) · ≈ within tolerance (≤ {CLOSE:g}) · ≠ a documented "
+              "difference, in the quantities named · ✘ an undocumented difference · n/a not supported by the "
+              "backend. Each backend's own advantage and loss code on the golden batch against agentbridge's "
+              "reference; hover a cell for max |Δ| per quantity.")
+    return (f"<h2>Math parity (conformance)</h2><table class='parity'>{head}{''.join(rows)}</table>"
+            f"<p class='legend'>{html.escape(legend)}</p>")
+
+
+# Marks on <body> how many plots the browser decoded, so a headless browser can check the report rendered; each
+# image gets its decoded width (data-width).
+_RENDER_CHECK = ("<script>addEventListener('load', () => { const imgs = [...document.images]; "
+                 "imgs.forEach(i => { i.dataset.width = i.naturalWidth; }); "
+                 "document.body.dataset.plots = imgs.length; document.body.dataset.rendered = "
+                 "imgs.filter(i => i.complete && i.naturalWidth > 0).length; });</script>")
+_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:.5em}"
+          "td,th{border:1px solid #ccc;padding:4px 8px}div.pair{display:flex;flex-wrap:wrap}figure{margin:.5em}"
+          "img{max-width:100%}"
+          "tr.differs td{background:#fde2c8}td.identical{background:#dff3e2}td.close{background:#eef6d8}"
+          "td.documented{background:#fff1c2}td.undocumented{background:#f8c9c4}td.na{color:#888}"
+          "p.legend{font-size:90%;color:#444}")
+
+
+def _figure(name: str, alt: str) -> str:
+    return (f'<figure><img src="{name}" alt="{html.escape(alt)}"><figcaption>{html.escape(alt)}</figcaption>'
+            "</figure>")
 
 
 def write_report(run_dirs: list[Path], out_dir: Path, backends: list[dict[str, str]] | None = None,
-                 semantics: dict[str, dict[str, str]] | None = None) -> tuple[Path, list[str]]:
+                 semantics: dict[str, dict[str, str]] | None = None,
+                 algorithms: dict[str, list[Cell]] | None = None) -> tuple[Path, list[str]]:
     """Draw the comparison into ``out_dir``; returns ``report.html`` and the problem/warning lines.
 
     ``backends``: optional rows (one per backend: compile, validate, conformance, run) drawn as a table first;
-    ``semantics``: what each backend's job will do (backend -> aspect -> line), drawn side by side next.
+    ``semantics``: what each backend's job will do (backend -> aspect -> line), drawn side by side next;
+    ``algorithms``: the conformance suite's algorithm cells per backend, drawn as the math-parity table.
     """
     problems: list[str] = []
     runs = [r for r in (_load(Path(p), problems) for p in run_dirs) if r is not None]
     problems += [f"warning: {w}" for w in differences(runs)]
     out_dir.mkdir(parents=True, exist_ok=True)
-    figures = [(name, title) for metric, title, name in PLOTS if _plot(runs, metric, title, out_dir / name)]
-    if runs:
-        _finish_plot(runs, out_dir / "finish.png")
-        figures.append(("finish.png", "finish reasons"))
-    table = [_summary(r) for r in runs]
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in (table[0] if table else {}))
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row.values()) + "</tr>" for row in table)
+    figures = "".join("<div class='pair'>" + _figure(step, f"{title} vs step")
+                      + (_figure(wall, f"{title} vs wall time") if wall else "") + "</div>"
+                      for step, wall, title in draw_all(runs, out_dir))
     notes = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
-    imgs = "".join(f'<figure><img src="{n}" alt="{html.escape(t)}"><figcaption>{html.escape(t)}</figcaption>'
-                   "</figure>" for n, t in figures)
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>agentbridge report</title><style>"
-            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-            "padding:4px 8px}figure{display:inline-block;margin:1em}tr.differs td{background:#fde2c8}"
-            "</style></head><body>"
-            f"<h1>agentbridge report: {len(runs)} run(s)</h1>{_backend_table(backends or [])}"
-            f"{semantics_table(semantics or {})}"
-            f"<table><tr>{head}</tr>{body}</table>"
-            f"{'<h2>Problems</h2><ul>' + notes + '</ul>' if notes else ''}{imgs}{_RENDER_CHECK}</body></html>")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>agentbridge report</title>"
+            f"<style>{_STYLE}</style></head><body>"
+            f"<h1>agentbridge report: {len(runs)} run(s)</h1>"
+            f"{'<h2>Backends</h2>' + _table(backends, 'backends') if backends else ''}"
+            f"{semantics_table(semantics or {})}{parity_table(algorithms or {})}"
+            f"{'<h2>Runs</h2>' + _table([_summary(r) for r in runs], 'runs') if runs else ''}"
+            f"{settings_table(runs)}"
+            f"{'<h2>Problems</h2><ul>' + notes + '</ul>' if notes else ''}"
+            f"{'<h2>Curves</h2>' + figures if figures else ''}{_RENDER_CHECK}</body></html>")
     path = out_dir / "report.html"
     path.write_text(page)
     return path, problems
