@@ -270,11 +270,17 @@ def _submit_lines(spec: Spec, argv: list[str]) -> list[str]:
     return [
         f"# The same job as a Ray job on a GPU cluster (OpenRLHF {OPENRLHF_PIN}). The job directory is the",
         "# working_dir, so paths are relative to it. Every node needs agentbridge-openrlhf[backend] and the spec's",
-        "# plugins installed; MODEL and OUT must be paths the cluster nodes can read and write.",
+        "# plugins installed; MODEL must be a path the cluster nodes can read. OUT (the trained model, checkpoints,",
+        "# TensorBoard events) is written by the actors wherever they run: an absolute path on storage all nodes",
+        "# share (a relative one lands in a node's copy of the working_dir, and is lost with it).",
+        'if [ "${1:-}" != "--print-args" ]; then',
+        "  case \"${OUT:-}\" in /*) ;; *) echo \"submit.sh: set OUT to an absolute directory on storage every node "
+        "shares (now: '${OUT:-}')\" >&2; exit 2 ;; esac",
+        "fi",
         'RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"',
         'PYTHON="${PYTHON:-python3}"',
         _model_line(spec),
-        'OUT="${OUT:-out}"',
+        'OUT="${OUT:-out}"  # what --print-args shows without one',
         *_args_block(argv, "."),
         'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
         f"exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\\n"
