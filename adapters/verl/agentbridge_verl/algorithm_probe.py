@@ -4,8 +4,10 @@ by the compiled job's trainer config (``main_ppo``'s Hydra compose of the job di
 Real: the composed ``algorithm`` and ``actor`` configs (``AlgoConfig``, ``ActorConfig`` via veRL's
 ``omega_conf_to_dataclass``), ``get_adv_estimator_fn`` with the arguments ``compute_advantage`` passes,
 ``get_policy_loss_fn(loss_mode)``, ``kl_penalty`` and ``agg_loss`` as ``dp_actor`` calls them. The batch is padded to
-the job's ``data.max_response_length``, as the trainer pads every response. Not run: the trainer loop (it needs
-GPU workers); veRL's main trainer has no dynamic group filtering, so every group is kept.
+the job's ``data.max_response_length``, as the trainer pads every response. The groups kept are those the V1
+trainer's ``ReplayBuffer`` does not evict (``_dapo_filtered_keys`` under the job's ``algorithm.filter_groups``), the
+golden batch's rewards standing in for the ``rm_scores`` it reads from TransferQueue. Not run: the trainer loop (it
+needs GPU workers).
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ from typing import Any
 # what veRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> (why, KL-on only);
 # warned at validate, recorded in the job manifest, checked by the algorithm conformance suite
 DIFFERENCES: dict[str, dict[str, tuple[str, bool]]] = {
-    "dapo": {"kept": ("veRL 0.9.1's main trainer has no dynamic sampling (filter_groups is a recipe feature); "
-                      "groups whose rewards are all equal are trained on", False)},
     "reinforce_pp": {
         "advantages": ("masked_whiten uses the unbiased (n-1) variance; with KL on, veRL's KL is a loss term, "
                        "not a k1 penalty in the token rewards", False),
@@ -80,4 +80,33 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
         kl = float(core_algos.agg_loss(loss_mat=kld, loss_mask=mask, loss_agg_mode=mode)) * actor_cfg.kl_loss_coef
     n = len(batch.mask[0])
     return {"advantages": (adv * mask)[:, :n].tolist(), "loss": float(loss),
-            "clip_fraction": float(metrics["actor/pg_clipfrac"]), "kl": kl, "kept": batch.groups()}
+            "clip_fraction": float(metrics["actor/pg_clipfrac"]), "kl": kl,
+            "kept": kept_groups(cfg, batch.groups(), t["group"].tolist(), t["rewards"].tolist())}
+
+
+def kept_groups(cfg: Any, groups: list[int], group_of: list[int], rewards: list[float]) -> list[int]:
+    """The groups the V1 trainer trains on: those its ``ReplayBuffer`` does not evict as DAPO-filtered, each
+    trajectory's reward standing in for the ``rm_scores`` the buffer reads from TransferQueue."""
+    from unittest.mock import patch
+
+    import torch
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1 import replay_buffer
+
+    filter_groups = cfg.algorithm.get("filter_groups") or {}
+    if not filter_groups.get("enable", False):
+        return groups
+    buffer = replay_buffer.ReplayBuffer(
+        trainer_mode="sync", trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
+        max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}), refill_fn=lambda *_: None,
+        filter_groups_metric=str(filter_groups.get("metric")), train_batch_size=len(groups), gen_batch_size=1)
+    scores = {f"{g}_{i}": torch.tensor([r]) for i, (g, r) in enumerate(zip(group_of, rewards, strict=True))}
+    buffer.partitions["train"] = {key: {} for key in scores}
+    buffer.finished_keys["train"] = {str(g) for g in groups}
+
+    def kv_batch_get(keys: list[str], partition_id: str, select_fields: list[str]) -> dict[str, list[Any]]:
+        return {"rm_scores": [scores[k] for k in keys]}
+
+    with patch.object(replay_buffer.tq, "kv_batch_get", kv_batch_get):
+        evicted, _ = buffer._dapo_filtered_keys("train")
+    return [g for g in groups if str(g) not in evicted]

@@ -22,10 +22,13 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
         "algorithm.norm_adv_by_std_in_grpo": False,
         "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-sum-norm",
     },
-    # DAPO: clip-higher, token-level loss, no KL; dynamic sampling is not part of veRL 0.9.1's main trainer
+    # DAPO: clip-higher, token-level loss, no KL; dynamic sampling by the V1 trainer's replay buffer (groups whose
+    # rewards are all equal are evicted and refilled with new prompts)
     "dapo": {
         "algorithm.adv_estimator": "grpo",
         "algorithm.norm_adv_by_std_in_grpo": True,
+        "algorithm.filter_groups.enable": True,
+        "algorithm.filter_groups.metric": "reward",
         "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
         "actor_rollout_ref.actor.clip_ratio_low": 0.2,
         "actor_rollout_ref.actor.clip_ratio_high": 0.28,
@@ -61,8 +64,9 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
 GROUPED = {"grpo", "dr_grpo", "dapo", "gspo", "rloo"}
 
 NOTES = [
-    "dapo: clip-higher + token-mean loss; dynamic sampling (filter_groups) and the overlong penalty are recipe "
-    "features outside veRL 0.9.1's main trainer, so they are not applied",
+    "dapo: clip-higher + token-mean loss; dynamic sampling by the V1 trainer's replay buffer "
+    "(algorithm.filter_groups on the reward: a group whose rewards are all equal is replaced by new prompts); the "
+    "overlong penalty is a recipe feature outside veRL 0.9.1's trainer, so it is not applied",
     "ppo: GAE (gamma 1, lambda 0.95) with a critic initialised from model.path (critic.optim.lr = algorithm.lr x 10)",
     "reinforce_pp: veRL's reinforce_plus_plus estimator (batch-normalised returns)",
 ]

@@ -197,9 +197,14 @@ def _trainer_path(cfg: Any) -> list[Problem]:
     from packaging.version import Version
 
     if not cfg.trainer.get("use_v1", True):
+        if (cfg.algorithm.get("filter_groups") or {}).get("enable", False):  # dapo's dynamic sampling
+            return [Problem("trainer.use_v1", "algorithm.filter_groups (DAPO's dynamic sampling) runs in veRL's V1 "
+                            "trainer only; the legacy trainer would train on every group without a word")]
         return []
     fix = ("install TransferQueue==0.1.11 (agentbridge-verl[backend]) or set backend.overrides "
            "{trainer: {use_v1: false}} for the legacy trainer")
+    if (cfg.algorithm.get("filter_groups") or {}).get("enable", False):  # the legacy trainer cannot run it
+        fix = "install TransferQueue==0.1.11 (agentbridge-verl[backend]): DAPO's dynamic sampling needs the V1 trainer"
     version = transfer_queue_version()
     if version is None:
         return [Problem("trainer.use_v1", f"veRL's V1 trainer needs TransferQueue, which is not installed "

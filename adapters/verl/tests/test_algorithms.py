@@ -50,3 +50,12 @@ def test_algorithm_composes_into_verls_config(name: str, tmp_path: Path) -> None
 @pytest.mark.parametrize("name", ["ppo", "gspo"])
 def test_critic_and_sequence_level_jobs_pass_validate(name: str, tmp_path: Path) -> None:
     assert [str(p) for p in validate_job(compile_job(tmp_path / "job", f"algorithm.name={name}").path)] == []
+
+
+def test_dapo_on_the_legacy_trainer_is_refused(tmp_path: Path) -> None:
+    """DAPO's group filtering lives in the V1 trainer's replay buffer; the legacy trainer ignores it."""
+    job = compile_job(tmp_path / "job", "algorithm.name=dapo", "backend.name=verl",
+                      "backend.overrides={trainer: {use_v1: false}}")
+    assert [str(p) for p in validate_job(job.path)] == [
+        "trainer.use_v1: algorithm.filter_groups (DAPO's dynamic sampling) runs in veRL's V1 trainer only; the "
+        "legacy trainer would train on every group without a word"]

@@ -15,6 +15,7 @@ from agentbridge.spec import load_spec
 from agentbridge_verl.backend import VerlBackend
 
 EXAMPLES = ["examples/search.yaml", "examples/gui.yaml", "examples/gui_text.yaml"]
+GPU_PROFILES = ["examples/calculator.gpu.yaml", "examples/search.gpu.yaml", "examples/gui.gpu.yaml"]
 SMALL = ["data.train.size=8", "data.eval.size=4"]
 
 
@@ -32,6 +33,20 @@ def test_example_compiles_and_passes_veRLs_validators(example: str, tmp_path: Pa
     assert job.manifest["notes"][0].startswith("backend.options are for backend trl (backend.name)")
     report = VerlBackend().validate(job)
     assert report.ok, [str(p) for p in report.problems]
+
+
+@pytest.mark.parametrize("example", GPU_PROFILES)
+def test_gpu_profile_passes_veRLs_validators_as_far_as_no_model_files_allow(example: str, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job a GPU user writes (a 2x8 cluster, a hub id this machine has not got): every check that needs no
+    model files runs, and each one skipped is said."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    job = compile_example(example, tmp_path / "job")
+    report = VerlBackend().validate(job)
+    assert report.ok, [str(p) for p in report.problems]
+    skipped = report.details["skipped"]
+    assert skipped[0].startswith(f"model.path {load_spec(example).model.path}: not on this machine"), skipped
+    assert any("flash-attn" in line for line in skipped)  # the GPU environment's, not this one's
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

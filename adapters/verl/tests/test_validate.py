@@ -73,10 +73,13 @@ def test_the_default_v1_trainer_needs_transfer_queue(small_job: Job, tmp_path: P
     import agentbridge_verl.validate as validate
 
     monkeypatch.setattr(validate, "transfer_queue_version", lambda: version)
-    problems = validate_job(small_job.path)
+    problems = validate_job(small_job.path)  # the example's dapo: its dynamic sampling is the V1 trainer's
     assert [(p.where, needle in p.message) for p in problems] == [("trainer.use_v1", True)], problems
-    assert "backend.overrides {trainer: {use_v1: false}}" in problems[0].message
-    legacy = compile_job(tmp_path / "job", "backend.overrides.trainer.use_v1=false")
+    assert problems[0].message.endswith("DAPO's dynamic sampling needs the V1 trainer")
+    grpo = validate_job(compile_job(tmp_path / "grpo", "algorithm.name=grpo").path)
+    assert [(p.where, needle in p.message) for p in grpo] == [("trainer.use_v1", True)], grpo
+    assert "backend.overrides {trainer: {use_v1: false}}" in grpo[0].message
+    legacy = compile_job(tmp_path / "job", "algorithm.name=grpo", "backend.overrides.trainer.use_v1=false")
     assert validate_job(legacy.path) == []
 
 
