@@ -1,4 +1,4 @@
-"""The ``agentbridge`` command line (DESIGN §9). Importing it loads neither torch nor any backend."""
+"""The ``agentbridge`` command line. Importing it loads neither torch nor any backend."""
 
 from __future__ import annotations
 
@@ -297,14 +297,24 @@ def check(job_dir: str, runner_kind: str, ray_address: str | None) -> None:
 @click.option("--no-cache", is_flag=True, help="Rebuild every cache entry the run uses (built models, indexes).")
 @click.option("--overwrite", is_flag=True, help="Delete the run already in the run directory (default: keep it as "
                                                 "DIR@<its start time>).")
+@click.option("--resume", is_flag=True, help="Continue the run in the run directory from its last checkpoint: the "
+                                             "evaluations and warm start it finished are kept, RL goes on with its "
+                                             "optimizer, RNG and data order (TRL; same spec and --set values).")
 @set_option
 @user_errors
 def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind: str, no_cache: bool,
-          overwrite: bool, sets: tuple[str, ...]) -> None:
+          overwrite: bool, resume: bool, sets: tuple[str, ...]) -> None:
     """Compile SPEC, validate the job, and run it on this machine; writes runs/NAME/ (an earlier run there is
-    kept beside it, never deleted, unless --overwrite)."""
+    kept beside it, never deleted, unless --overwrite).
+
+    --resume continues the run in the run directory instead of starting over: the held-out evaluations and the
+    warm start it finished are not redone, RL restarts from the last checkpoint (weights, optimizer, scheduler,
+    RNG, and the data not yet seen, in the same order), and metrics.jsonl goes on from that step."""
     from agentbridge.command_runners import runner_for
     from agentbridge.runs import keep_earlier_run
+
+    if resume and overwrite:
+        raise click.UsageError("--resume continues the run that --overwrite would delete; use one of them")
 
     if no_cache:  # the job's own process inherits it
         import uuid
@@ -318,17 +328,22 @@ def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind
         _fail("\n".join(f"{spec_path}: {line}" for line in missing))
     name = backend_name or spec.backend.name
     backend = _backend(name)
+    target = Path(out) if out else Path("runs") / spec.name
+    if resume:
+        resume_point = getattr(backend, "resume_point", None)
+        if resume_point is None:
+            _fail(f"--resume: the {name} backend does not resume runs")
+        click.echo(f"resuming {target} from {resume_point(target, spec)}")
     job = _compile(spec_path, spec, backend, None)
     report = backend.validate(job)
     if not report.ok:
         _fail("\n".join(f"{job.path}: {p}" for p in report.problems))
     # local: the backend picks its interpreter (this one, or its recorded environment); env: its environment
     runner = runner_for("env", backend=name, module=getattr(backend, "module", name)) if runner_kind == "env" else None
-    target = Path(out) if out else Path("runs") / spec.name
-    kept = keep_earlier_run(target, overwrite=overwrite)
+    kept = None if resume else keep_earlier_run(target, overwrite=overwrite)
     if kept is not None:
         click.echo(f"the earlier run in {target} is kept as {kept}")
-    run_dir = backend.launch(job, runner, run_dir=target)
+    run_dir = backend.launch(job, runner, run_dir=target, **({"extra_args": ["--resume"]} if resume else {}))
     click.echo(f"run: {run_dir} (report: {Path(run_dir) / 'report.md'})")
 
 
@@ -420,7 +435,9 @@ def compare(spec_path: str, backend_names: str, out: str | None, conformance: bo
               help="Where report.html and the PNGs go.")
 @user_errors
 def report(run_dirs: tuple[str, ...], out: str) -> None:
-    """Draw the side-by-side report of run directories (reward, throughput, step time, memory, finish)."""
+    """Draw the side-by-side report of run directories: reward, held-out success, KL, entropy, response length,
+    tool failures, throughput, step time and memory against step and wall time; finish reasons; and what the runs
+    were made with (spec, seed, versions), differences highlighted."""
     from agentbridge.compare.report import write_report
 
     path, problems = write_report([Path(p) for p in run_dirs], Path(out))
@@ -432,8 +449,9 @@ def report(run_dirs: tuple[str, ...], out: str) -> None:
 @main.command()
 @click.option("--backend", "backend_names", default=None, metavar="NAME[,NAME...]",
               help="Backend(s) to check, comma-separated (with --algorithms, default: trl,verl,openrlhf).")
-@click.option("--kind", type=click.Choice(["text", "vlm", "all"]), default="all", show_default=True,
-              help="Golden episodes for a text model, a vision-language model, or both.")
+@click.option("--kind", type=click.Choice(["text", "vlm", "lengths", "all"]), default="all", show_default=True,
+              help="Golden episodes for a text model, a vision-language model, the text ones under backend lengths "
+                   "below the spec's budgets, or all.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Keep the compiled golden jobs here (default: a temporary directory).")
 @click.option("--algorithms", "algorithms", is_flag=True,

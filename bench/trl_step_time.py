@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             kwargs = {**grpo_config_kwargs(spec, str(Path(tmp) / "trainer")), "max_steps": args.steps,
-                      "seed": spec.seed + r, "data_seed": spec.seed + r}
+                      "seed": spec.seed + r, "data_seed": spec.seed + r, "save_strategy": "no"}  # steps only
             for arm in ("AB" if r % 2 == 0 else "BA"):
                 t0 = time.perf_counter()
                 got = (run_a(ckpt, spec, train_tasks, kwargs) if arm == "A"

@@ -48,6 +48,22 @@ def write_evals(run_dir: Path, evals: dict[str, EvalResult]) -> dict[str, Any]:
     return summary
 
 
+def load_evals(run_dir: Path, tasks: list[Task]) -> dict[str, EvalResult]:
+    """The arms already evaluated in ``run_dir`` on ``tasks`` (from ``eval_scores.jsonl``), to extend."""
+    path = run_dir / "eval_scores.jsonl"
+    if not path.is_file():
+        return {}
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    summary = json.loads((run_dir / "eval.json").read_text())
+    arms = [k for k in rows[0] if k != "task_id"] if rows else []
+    group = {t.id: str(t.data.get("group", "")) for t in tasks}
+    return {arm: EvalResult(metric=summary[arm]["metric"], task_ids=[r["task_id"] for r in rows],
+                            scores=[r[arm] for r in rows], finish=summary[arm].get("finish", {}),
+                            seconds=summary[arm].get("seconds", 0.0),
+                            groups=[group.get(r["task_id"], "") for r in rows])
+            for arm in arms}
+
+
 class Experiment:
     """Runs the arms around a backend's RL phase and writes ``eval.json``, ``warm_start.json`` and progress.
 
@@ -77,16 +93,21 @@ class Experiment:
         write_evals(self.run_dir, self.evals)
         return result
 
+    def _sft_run(self, rows: list[Any]) -> SFTRun:
+        """The warm start's SFT loop over ``rows`` on the experiment's model."""
+        ws = self.agent.spec.algorithm.warm_start
+        assert ws is not None
+        pad = self.agent.tokenizer.pad_token_id
+        return SFTRun(self.model, rows, lr=ws.lr, batch_size=ws.batch_size, seed=self.agent.spec.seed,
+                      pad_id=pad if pad is not None else self.agent.tokenizer.eos_token_id)
+
     def warm_start(self) -> None:
         """SFT on the scripted expert's demonstrations until dev success reaches the target (or a cap)."""
         ws = self.agent.spec.algorithm.warm_start
         if ws is None:
             return
         self.say(f"warm start: {ws.demos} scripted demonstrations")
-        demos = demonstrations(self.agent, ws.demos)
-        pad = self.agent.tokenizer.pad_token_id
-        self.sft = SFTRun(self.model, sft_rows(demos), lr=ws.lr, batch_size=ws.batch_size, seed=self.agent.spec.seed,
-                          pad_id=pad if pad is not None else self.agent.tokenizer.eos_token_id)
+        self.sft = self._sft_run(sft_rows(demonstrations(self.agent, ws.demos)))
         dev = None
         if ws.target is not None:
             tasks = dev_tasks(self.agent, self.agent.spec.data.dev.size or 200)  # type: ignore[union-attr]
@@ -112,10 +133,35 @@ class Experiment:
         if ws.control and self.eval_tasks:
             self.snapshot = self.sft.snapshot()
 
-    def rl(self, train: Callable[[], None]) -> None:
+    def keep_warm_start(self, path: Path) -> None:
+        """Save what the SFT-only control starts from (demonstrations, weights, optimizer, data position) to
+        ``path``, so that a resumed run can still train the control; nothing when there is no control."""
+        import torch
+
+        if self.sft is not None and self.snapshot is not None:
+            torch.save({"rows": self.sft.rows, **self.snapshot}, path)
+
+    def resume_warm_start(self, path: Path) -> None:
+        """A resumed run: the warm start is done (``warm_start.json``); read the control's start back from ``path``
+        (:meth:`keep_warm_start`). Without that file the control is not trained."""
+        import torch
+
+        ws = self.agent.spec.algorithm.warm_start
+        if ws is None or not ws.control or not self.eval_tasks:
+            return
+        if not path.is_file():
+            self.say(f"no {path.name} in the run: the SFT-only control is not trained")
+            return
+        state = torch.load(path, weights_only=True)
+        self.sft = self._sft_run(state.pop("rows"))
+        self.snapshot = state
+
+    def rl(self, train: Callable[[], None], *, earlier_s: float = 0.0) -> None:
+        """Run the RL phase and time it; ``earlier_s`` is the RL time a resumed run spent before its checkpoint
+        (the SFT-only control gets the total)."""
         started = time.perf_counter()
         train()
-        self.rl_seconds = time.perf_counter() - started
+        self.rl_seconds = earlier_s + time.perf_counter() - started
 
     def control(self) -> None:
         """The SFT-only control: the warm start continued for RL's wall time, from the same weights."""

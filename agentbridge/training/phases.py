@@ -18,8 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge.training.evaluate import EvalResult
-
 WARM_MODEL = "warm_start_model"
 
 
@@ -69,22 +67,6 @@ def _setup(job_dir: Path, quiet: bool) -> tuple[Any, Any, Any]:
     return spec, agent, RunConsole(quiet=quiet)
 
 
-def _load_evals(run_dir: Path, tasks: list[Any]) -> dict[str, EvalResult]:
-    """The arms already evaluated in ``run_dir`` on ``tasks`` (from ``eval_scores.jsonl``), to extend."""
-    path = run_dir / "eval_scores.jsonl"
-    if not path.is_file():
-        return {}
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    summary = json.loads((run_dir / "eval.json").read_text())
-    arms = [k for k in rows[0] if k != "task_id"] if rows else []
-    group = {t.id: str(t.data.get("group", "")) for t in tasks}
-    return {arm: EvalResult(metric=summary[arm]["metric"], task_ids=[r["task_id"] for r in rows],
-                            scores=[r[arm] for r in rows], finish=summary[arm].get("finish", {}),
-                            seconds=summary[arm].get("seconds", 0.0),
-                            groups=[group.get(r["task_id"], "") for r in rows])
-            for arm in arms}
-
-
 def write_run_manifest(job_dir: Path, run_dir: Path, spec: Any, agent: Any) -> None:
     """The run's ``manifest.json`` (backend, spec hash, seed, chat-template hash, the job's versions), as every
     backend's run has one: what ``agentbridge report`` compares runs by."""
@@ -130,7 +112,7 @@ def prepare(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> Path | None
 def finish(job_dir: Path, run_dir: Path, model_dir: Path, *, quiet: bool = False) -> dict[str, Any]:
     """Eval of the trained checkpoint as ``after_rl``, the paired tests and the report; returns ``eval.json``."""
     from agentbridge.models import load_model
-    from agentbridge.training.experiment import Experiment
+    from agentbridge.training.experiment import Experiment, load_evals
     from agentbridge.training.report import write_report
 
     spec, agent, console = _setup(job_dir, quiet)
@@ -140,7 +122,7 @@ def finish(job_dir: Path, run_dir: Path, model_dir: Path, *, quiet: bool = False
     eval_tasks = agent.tasks("eval") if spec.data.eval is not None else []
     with console.bars():
         experiment = Experiment(agent, model, run_dir, eval_tasks, say=console.say, progress=console.progress)
-        experiment.evals.update(_load_evals(run_dir, eval_tasks))
+        experiment.evals.update(load_evals(run_dir, eval_tasks))
         experiment.evaluate("after_rl")
         summary = experiment.conclude()
     console.say(f"report: {write_report(run_dir)}")

@@ -54,6 +54,10 @@ class TrlBackend:
             problems.append(Problem("backend.options.vllm_mode", f"must be colocate or server, got {mode!r}"))
         if own.get("use_vllm") and spec.resources.gpus_per_node == 0:
             problems.append(Problem("backend.options.use_vllm", "vLLM needs GPUs; set resources.gpus_per_node"))
+        for key, least in (("save_steps", 0), ("save_total_limit", 1)):
+            value = own.get(key, OPTIONS[key])
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                problems.append(Problem(f"backend.options.{key}", f"must be a whole number >= {least}, got {value!r}"))
         if spec.algorithm.group_size < 2:
             problems.append(Problem("algorithm.group_size", "GRPO-family advantages need at least 2 samples per "
                                     "prompt"))
@@ -91,6 +95,14 @@ class TrlBackend:
     def validate(self, job: Job) -> Report:
         """Build TRL's GRPOConfig, the tokenizer, the agent and check the chat template; one line per problem."""
         return kit.run_validator(job, self, "agentbridge_trl.validate")
+
+    def resume_point(self, run_dir: Path, spec: Spec) -> Path:
+        """The checkpoint ``agentbridge train --resume`` continues ``run_dir`` from (its newest); ValueError with one
+        line when there is none, or the run was trained with another spec."""
+        from agentbridge.spec import spec_hash
+        from agentbridge_trl.resume import resume_point
+
+        return resume_point(Path(run_dir), spec_hash(spec))
 
     def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
                extra_args: list[str] | None = None) -> Path:

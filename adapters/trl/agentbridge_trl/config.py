@@ -25,7 +25,10 @@ WHY_NOT = {
 # options a spec may set under backend.options, and their defaults
 OPTIONS: dict[str, Any] = {"use_vllm": False, "vllm_mode": "colocate", "vllm_server_base_url": None,
                            "vllm_gpu_memory_utilization": 0.3, "vllm_tensor_parallel_size": 1,
-                           "gradient_checkpointing": False, "log_completions": False, "eval_size": None}
+                           "gradient_checkpointing": False, "log_completions": False, "eval_size": None,
+                           "save_steps": 50, "save_total_limit": 2}
+# save_steps: RL steps between checkpoints in RUN_DIR/trainer/checkpoint-N (and one at the last step), what
+# `agentbridge train --resume` continues from; 0 saves none. save_total_limit: how many are kept (the newest).
 
 
 # GRPOConfig arguments that transformers renamed: the name written here -> the one releases before the rename take
@@ -81,6 +84,16 @@ def world_size(spec: Spec) -> int:
     return max(1, spec.resources.nodes * spec.resources.gpus_per_node)
 
 
+def checkpointing(opts: dict[str, Any]) -> dict[str, Any]:
+    """GRPOConfig's save arguments for TRL's options: HF Trainer's checkpoint-N directories (model, optimizer,
+    scheduler, RNG, trainer state) every ``save_steps`` steps and at the last one, the newest
+    ``save_total_limit`` kept; none when ``save_steps`` is 0."""
+    steps = int(opts["save_steps"] or 0)
+    if steps <= 0:
+        return {"save_strategy": "no"}
+    return {"save_strategy": "steps", "save_steps": steps, "save_total_limit": max(1, int(opts["save_total_limit"]))}
+
+
 def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
     """``GRPOConfig(**kwargs)`` for this spec; ``backend.overrides`` are applied last, verbatim."""
     algo = spec.algorithm
@@ -110,7 +123,7 @@ def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
         "bf16": not on_cpu,
         "activation_checkpointing": bool(opts["gradient_checkpointing"]),
         "logging_steps": 1,
-        "save_strategy": "no",
+        **checkpointing(opts),
         "report_to": spec.logging.enabled() or "none",  # the run's env places each tracker's files (entry.py)
         "disable_tqdm": True,
         "log_completions": bool(opts["log_completions"]),

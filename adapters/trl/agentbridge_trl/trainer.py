@@ -24,10 +24,13 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
     """A GRPOTrainer whose rollouts are agentbridge episodes; returns it with its rollout function.
 
     For a vision-language model it is ``AgentVLMGRPOTrainer`` with the model's processor, so the images the
-    episodes saw (prompt images, tool screenshots) reach every forward pass (``agentbridge_trl.vlm``).
+    episodes saw (prompt images, tool screenshots) reach every forward pass (``agentbridge_trl.vlm``). Either way
+    its data order is fixed by the epoch, so ``train(resume_from_checkpoint=...)`` sees the same data as an
+    uninterrupted run (``agentbridge_trl.resume``).
     """
     from transformers import PrinterCallback, TrainerCallback
 
+    from agentbridge_trl.resume import resumable
     from agentbridge_trl.shared_prefix import agent_trainer_class
     from agentbridge_trl.vlm import is_vlm_model, make_processor, vlm_trainer_class
 
@@ -57,9 +60,9 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
     args = make_grpo_config(grpo_kwargs)
     # TRL keeps at most max_completion_length tokens of a completion: the driver's budgets stay inside it
     agent.limits = fit_limits(agent.limits, max_response=args.max_completion_length)
-    trainer = trainer_cls(model=model, reward_funcs=reward_functions(components), args=args,
-                          train_dataset=make_dataset(train_tasks), processing_class=processing_class,
-                          rollout_func=timed_rollout, callbacks=[LogCallback()])
+    trainer = resumable(trainer_cls)(model=model, reward_funcs=reward_functions(components), args=args,
+                                     train_dataset=make_dataset(train_tasks), processing_class=processing_class,
+                                     rollout_func=timed_rollout, callbacks=[LogCallback()])
     if logger is not None:  # the run logger and its progress display replace the trainer's printed dicts
         trainer.remove_callback(PrinterCallback)
     return trainer, rollout

@@ -60,6 +60,18 @@ def _trainer_class() -> type:
             finally:
                 self.tools = tools
 
+        def _save(self, output_dir: str | None = None, state_dict: Any = None) -> None:
+            """A checkpoint's model with the tokenizer and image processor in place of the processor, whose absent
+            video processor ``ProcessorMixin.save_pretrained`` cannot skip."""
+            processor = self.processing_class
+            self.processing_class = processor.tokenizer
+            try:
+                super()._save(output_dir, state_dict)
+            finally:
+                self.processing_class = processor
+            if self.args.should_save:
+                processor.image_processor.save_pretrained(output_dir or self.args.output_dir)
+
     return AgentVLMGRPOTrainer
 
 

@@ -128,6 +128,14 @@ def test_loss_mask_equals_driver_response_mask(run: dict[str, Any]) -> None:
     assert masked_images > 0  # tool screenshots are in the completion and out of the loss
 
 
+def test_checkpoint_loads_as_the_vlm(run: dict[str, Any]) -> None:
+    from agentbridge.models import is_vlm, load_image_processor
+
+    checkpoint = run["tmp"] / "out" / "checkpoint-2"  # the last step's, what --resume continues from
+    assert is_vlm(checkpoint) and load_image_processor(checkpoint) is not None
+    assert type(load_model(str(checkpoint))).__name__ == "Qwen2VLForConditionalGeneration"
+
+
 def test_capabilities_are_honest() -> None:
     from agentbridge_trl.backend import TrlBackend
 
