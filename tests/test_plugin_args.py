@@ -116,6 +116,8 @@ def test_validate_warns_when_builtin_sized_settings_meet_a_real_model() -> None:
     from agentbridge.preflight import scale_warnings
 
     assert scale_warnings(load_spec("examples/calculator.yaml")) == []
+    for profile in sorted(Path("examples").glob("*.gpu.yaml")):  # a real model with settings sized for it
+        assert scale_warnings(load_spec(str(profile))) == [], profile
     spec = load_spec("examples/calculator.yaml", ["model.path=Qwen/Qwen2.5-3B-Instruct"])
     assert [line.split(" ")[0] for line in scale_warnings(spec)] == ["algorithm.lr", "algorithm.warm_start.lr",
                                                                      "agent.max_tokens_per_turn"]

@@ -9,6 +9,7 @@ OpenRLHF 0.11.2's real argparse parser and post-parse checks on the job's launch
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,3 +85,16 @@ def test_bridge_examples_pass_openrlhfs_validator(example: str, module: str, tmp
     assert backend.check(spec) == []
     report = backend.validate(backend.compile(spec, tmp_path / "job"))
     assert report.ok, [str(p) for p in report.problems]
+
+
+@pytest.mark.parametrize("example", ["calculator", "search", "gui"])
+def test_gpu_profile_passes_openrlhfs_validator_as_far_as_no_model_files_allow(
+        example: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/*.gpu.yaml (a 2x8 cluster, a hub id this machine has not got): OpenRLHF's parser and checks run on
+    the job, the checks that read model files are skipped and said."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = load_spec(f"examples/{example}.gpu.yaml", ["data.train.size=8", "data.eval.size=4"])
+    assert OpenRLHFBackend().check(spec) == []
+    report = OpenRLHFBackend().validate(OpenRLHFBackend().compile(spec, tmp_path / "job"))
+    assert report.ok, [str(p) for p in report.problems]
+    assert report.details["skipped"][0].startswith(f"model.path {spec.model.path}: not on this machine")
