@@ -65,6 +65,12 @@ class TrlBackend:
         if completions % world_size(spec):
             problems.append(Problem("algorithm.batch_size", f"batch_size x group_size ({completions}) must divide "
                                     f"evenly over {world_size(spec)} GPUs"))
+        micro = own.get("micro_batch_size")
+        per_device = max(1, completions // world_size(spec))
+        if micro is not None and (not isinstance(micro, int) or isinstance(micro, bool) or micro < 1
+                                  or per_device % micro):
+            problems.append(Problem("backend.options.micro_batch_size", f"must be a whole number that divides each "
+                                    f"device's {per_device} episodes per step, got {micro!r}"))
         return problems
 
     def compile(self, spec: Spec, out: Path) -> Job:

@@ -26,9 +26,11 @@ WHY_NOT = {
 OPTIONS: dict[str, Any] = {"use_vllm": False, "vllm_mode": "colocate", "vllm_server_base_url": None,
                            "vllm_gpu_memory_utilization": 0.3, "vllm_tensor_parallel_size": 1,
                            "gradient_checkpointing": False, "log_completions": False, "eval_size": None,
-                           "save_steps": 50, "save_total_limit": 2}
+                           "save_steps": 50, "save_total_limit": 2, "micro_batch_size": None}
 # save_steps: RL steps between checkpoints in RUN_DIR/trainer/checkpoint-N (and one at the last step), what
 # `agentbridge train --resume` continues from; 0 saves none. save_total_limit: how many are kept (the newest).
+# micro_batch_size: sequences per device in one forward/backward pass (gradients accumulate over the step's
+# batch; one optimizer update per RL step either way); None: the device's whole share of the step at once.
 
 
 # GRPOConfig arguments that transformers renamed: the name written here -> the one releases before the rename take
@@ -94,12 +96,20 @@ def checkpointing(opts: dict[str, Any]) -> dict[str, Any]:
     return {"save_strategy": "steps", "save_steps": steps, "save_total_limit": max(1, int(opts["save_total_limit"]))}
 
 
+def batch_shape(spec: Spec, micro_batch_size: int | None) -> dict[str, int]:
+    """GRPOConfig's batch arguments: each device's share of the step's episodes in micro-batches of
+    ``micro_batch_size`` whose gradients accumulate, all generated at once (one rollout, one update per RL step)."""
+    per_device = max(1, spec.algorithm.batch_size * spec.algorithm.group_size // world_size(spec))
+    micro = min(per_device, micro_batch_size or per_device)
+    steps = max(1, per_device // micro)
+    return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": steps, "steps_per_generation": steps}
+
+
 def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
     """``GRPOConfig(**kwargs)`` for this spec; ``backend.overrides`` are applied last, verbatim."""
     algo = spec.algorithm
     opts = options(spec)
     on_cpu = spec.resources.gpus_per_node == 0
-    completions_per_step = algo.batch_size * algo.group_size
     kwargs: dict[str, Any] = {
         "output_dir": output_dir,
         "learning_rate": algo.lr,
@@ -109,9 +119,7 @@ def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
         "beta": algo.kl_coef,
         "use_bias_correction_kl": False,  # the k3 estimator as in GRPO, veRL and OpenRLHF (TRL 1.16 weights it)
         "num_generations": algo.group_size,
-        "per_device_train_batch_size": max(1, completions_per_step // world_size(spec)),
-        "gradient_accumulation_steps": 1,
-        "steps_per_generation": 1,
+        **batch_shape(spec, opts["micro_batch_size"]),
         "max_completion_length": spec.agent.max_response_tokens,
         "temperature": max(spec.agent.sampling.temperature, 1e-5),
         "top_p": spec.agent.sampling.top_p,

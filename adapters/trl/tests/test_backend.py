@@ -161,3 +161,20 @@ def test_validate_says_what_the_job_will_do_from_the_grpo_config(tmp_path: Path,
     assert list(semantics) == list(ASPECTS)
     assert shared(semantics["clip"]) == "(0.2, 0.28) on token ratios"  # dapo's clip-higher
     assert shared(semantics["loss aggregation"]) == "token-mean" and semantics["KL"] == "none"
+
+
+def test_a_gpu_job_is_validated_as_such_on_a_cpu_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/calculator.gpu.yaml (bf16, a 2x8 cluster, micro-batches): GRPOConfig is built as on a bf16 GPU, so
+    the rest of the GPU configuration is checked here; the precision is said to be unchecked."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = load_spec("examples/calculator.gpu.yaml", ["data.train.size=64", "data.eval.size=8"])
+    assert TrlBackend().check(spec) == []
+    report = TrlBackend().validate(TrlBackend().compile(spec, tmp_path / "job"))
+    assert report.ok, [str(p) for p in report.problems]
+    assert "bf16: no bf16 GPU here; GRPOConfig was checked as on one (the device is not)" in report.details["skipped"]
+    config = json.loads((tmp_path / "job" / "grpo_config.json").read_text())
+    assert config["bf16"] and (config["per_device_train_batch_size"], config["gradient_accumulation_steps"]) == (4, 8)
+    broken = load_spec("examples/calculator.gpu.yaml", ["data.train.size=64", "data.eval.size=8",
+                                                        "backend.overrides={fp16: true}"])
+    problems = [str(p) for p in TrlBackend().validate(TrlBackend().compile(broken, tmp_path / "broken")).problems]
+    assert len(problems) == 1 and problems[0].startswith("grpo_config.json: GRPOConfig rejects it"), problems
