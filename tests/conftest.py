@@ -1,9 +1,10 @@
-"""Shared fixtures: the built-in tokenizers (built offline once, cached), a calculator agent, and the example
-third-party backend as the core's fake backend."""
+"""Shared fixtures: the built-in tokenizers (built offline once, cached), a calculator agent, the example
+third-party backend as the core's fake backend, and headless Chromium to look at pages as a person would."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,3 +57,26 @@ def mini_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield plugins.backends.get("mini")
     if ours:
         plugins.unregister("mini-under-test")
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Debian's headless Chromium driven by Selenium (chromedriver), one window of 1400x1000 for the session."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    assert chromium and chromedriver, "chromium or chromedriver is missing: run scripts/system-deps.sh"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--disable-extensions", "--window-size=1400,1000",
+                 f"--user-data-dir={tmp_path_factory.mktemp('profile')}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver, log_output=os.devnull), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()

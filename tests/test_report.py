@@ -5,15 +5,12 @@ in headless Chromium and checked as a person sees them."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from agentbridge.compare.plots import CURVES
 from agentbridge.compare.report import RunData, _load, write_report
@@ -81,7 +78,6 @@ def test_report_cli(tmp_path: Path) -> None:
 
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     import re
-    import shutil
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "chromium is missing: run scripts/system-deps.sh"
@@ -232,27 +228,6 @@ def test_parity_table_as_the_conformance_command_prints_it(tmp_path: Path) -> No
     assert "title='TRL has no critic'" in table and "loss max|Δ|=0.0002" in table
     assert "✔ identical" in page and "✘ an undocumented difference" in page
 
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Any:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    assert chromium and chromedriver, "chromium or chromedriver is missing: run scripts/system-deps.sh"
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--disable-extensions", "--window-size=1400,1000",
-                 f"--user-data-dir={tmp_path / 'profile'}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=chromedriver, log_output=os.devnull), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def test_what_a_person_sees_in_chromium(tmp_path: Path, browser: Any) -> None:

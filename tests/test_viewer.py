@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -78,27 +75,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
     episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     return path, episodes
 
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    assert chromium and chromedriver, "chromium or chromedriver is missing: run scripts/system-deps.sh"
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--disable-extensions", "--window-size=1400,1000",
-                 f"--user-data-dir={tmp_path_factory.mktemp('profile')}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=chromedriver, log_output=os.devnull), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def open_page(browser: Any, path: Path) -> None:
