@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,42 +54,87 @@ def test_finish_without_a_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.
     assert err == [f"error: {tmp_path / 'nothing'}: no trained checkpoint here (no config.json)"]
 
 
-@pytest.mark.parametrize("backend, trainer", [("verl", "verl.trainer.main_ppo"),
-                                              ("openrlhf", "openrlhf.cli.train_ppo_ray")])
-def test_launch_script_runs_the_arms_around_the_backends_trainer(tmp_path: Path, backend: str, trainer: str) -> None:
-    """The compiled job's launch.sh: prepare (eval, warm start, eval) → the trainer, started from the warm-started
-    model → finish (eval of the model the trainer saved). The trainer is a stand-in (it needs GPUs)."""
+TRAINERS = {"verl": "verl.trainer.main_ppo", "openrlhf": "openrlhf.cli.train_ppo_ray"}
+
+
+def launch(tmp: Path, backend: str) -> dict[str, Path | dict[str, str]]:
+    """The calculator compiled for ``backend`` and its launch.sh run: prepare (eval, warm start, eval) → the trainer
+    (a stand-in: it needs GPUs), started from the warm-started model → finish (eval of the model it saved)."""
     import subprocess
     import sys
 
-    job, run, record = tmp_path / "job", tmp_path / "run", tmp_path / "argv.json"
+    job, run, record = tmp / "job", tmp / "run", tmp / "argv.json"
     sets = [f"--set={s}" for s in SMALL]
     compiled = subprocess.run([sys.executable, "-m", "agentbridge.cli", "compile", "examples/calculator.yaml",
                                "--backend", backend, "-o", str(job), *sets], capture_output=True, text=True)
     assert compiled.returncode == 0, compiled.stderr
-    python = tmp_path / "python"  # this interpreter, except for the trainer's module
+    python = tmp / "python"  # this interpreter, except for the trainer's module
     standin = Path(__file__).with_name("trainer_standin.py")
-    python.write_text(f'#!/usr/bin/env bash\nif [ "${{1:-}} ${{2:-}}" = "-m {trainer}" ]; then shift 2; '
+    python.write_text(f'#!/usr/bin/env bash\nif [ "${{1:-}} ${{2:-}}" = "-m {TRAINERS[backend]}" ]; then shift 2; '
                       f'exec {sys.executable} {standin} {backend} "$@"; fi\nexec {sys.executable} "$@"\n')
     python.chmod(0o755)
     env = {**os.environ, "PYTHON": str(python), "RUN_DIR": str(run), "OUT": str(run), "STANDIN_RECORD": str(record)}
     launched = subprocess.run(["bash", str(job / "launch.sh")], env=env, capture_output=True, text=True)
     assert launched.returncode == 0, launched.stderr[-2000:]
+    return {"job": job, "run": run, "record": record, "env": env}
 
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path | dict[str, str]]]:
+    return {backend: launch(tmp_path_factory.mktemp(backend), backend) for backend in TRAINERS}
+
+
+@pytest.mark.parametrize("backend", sorted(TRAINERS))
+def test_launch_script_runs_the_arms_around_the_backends_trainer(launched: dict[str, dict[str, Any]], backend: str,
+                                                                 tmp_path: Path) -> None:
+    """The compiled job's launch.sh: the arms around the backend's trainer, which starts from the warm-started
+    model; the trainer's own step metrics become the run's metrics.jsonl."""
+    import subprocess
+
+    job, run, record, env = (launched[backend][k] for k in ("job", "run", "record", "env"))
     args = json.loads(record.read_text())
     assert f"{run / WARM_MODEL}" in " ".join(args)  # the trainer started from the warm-started model
     evals = json.loads((run / "eval.json").read_text())
     assert {"before_training", "before_rl", "after_rl"} <= set(evals)
     assert evals["after_rl"]["n"] == 24 and evals["after_rl"]["mean"] == evals["before_rl"]["mean"]
     assert json.loads((run / "warm_start.json").read_text())["steps"] == 4
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     if backend == "openrlhf":  # after the trainer: its TensorBoard scalars as the run's metrics.jsonl
-        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [1, 2] and rows[0]["reward/mean"] == 0.5 and rows[0]["time/step_s"] == 4.0
         assert rows[0]["openrlhf/loss"] == pytest.approx(-0.01) and rows[0]["episode/response_tokens"] == 30.0
         assert "2 RL steps, 4.00 s/step on average." in (run / "report.md").read_text()  # converted before finish
+    else:  # veRL's file logger
+        assert [r["step"] for r in rows] == [1, 2, 3] and rows[0]["reward/mean"] == pytest.approx(0.5)
+        assert rows[0]["throughput/tokens_per_s"] == 500.0 and rows[0]["verl/kl"] == 0.002
 
     alone = tmp_path / "alone"  # AGENTBRIDGE_PHASES=off: the trainer alone, from the spec's model
-    env |= {"RUN_DIR": str(alone), "OUT": str(alone), "AGENTBRIDGE_PHASES": "off"}
+    env = {**env, "RUN_DIR": str(alone), "OUT": str(alone), "AGENTBRIDGE_PHASES": "off"}
     assert subprocess.run(["bash", str(job / "launch.sh")], env=env, capture_output=True).returncode == 0
     assert WARM_MODEL not in record.read_text() and not (alone / "eval.json").exists()
-    assert (alone / "metrics.jsonl").is_file() == (backend == "openrlhf")
+    assert (alone / "metrics.jsonl").is_file()
+
+
+def test_one_report_draws_every_backends_run(launched: dict[str, dict[str, Any]], tmp_path: Path,
+                                            browser: Any) -> None:
+    """`agentbridge report` of the veRL and OpenRLHF runs above (their CPU path: the launch script, the arms, a
+    stand-in trainer) and a TRL training run: one line per run in the curves, one row per run in the tables."""
+    from click.testing import CliRunner
+
+    from agentbridge.cli import main as cli
+    from agentbridge.testing import short_training_run
+
+    trl = tmp_path / "trl"
+    short_training_run("examples/calculator.yaml", trl, ["algorithm.warm_start=null", "data.eval.size=8"])
+    runs = [str(launched["verl"]["run"]), str(launched["openrlhf"]["run"]), str(trl)]
+    result = CliRunner().invoke(cli, ["report", *runs, "-o", str(tmp_path / "report")])
+    assert result.exit_code == 0, result.output
+    browser.get((tmp_path / "report" / "report.html").as_uri())
+    from selenium.webdriver.common.by import By
+
+    rows = browser.find_elements(By.CSS_SELECTOR, "table")[0].find_elements(By.TAG_NAME, "tr")
+    backends = sorted(r.find_elements(By.TAG_NAME, "td")[1].text for r in rows[1:])
+    assert backends == ["openrlhf", "trl", "verl"]
+    images = browser.find_elements(By.TAG_NAME, "img")
+    assert images and all(browser.execute_script("return arguments[0].naturalWidth", i) > 0 for i in images)
+    captions = [c.text for c in browser.find_elements(By.TAG_NAME, "figcaption")]
+    assert any("reward" in c for c in captions) and any("wall" in c for c in captions), captions

@@ -1,8 +1,9 @@
 """Stand-in for a GPU trainer's program (veRL's ``main_ppo``, OpenRLHF's ``train_ppo_ray``), which cannot run on a
 CPU: it records its argv and saves the model it was given where that trainer saves its trained HF model, so the
-launch script's phases around it (prepare before, finish after) run for real. As OpenRLHF, it also logs two steps to
-TensorBoard where OpenRLHF's logger would (``<--logger.tensorboard_dir>/<run name>``, tags ``train/<key>``), for the
-launch script's conversion to ``metrics.jsonl``.
+launch script's phases around it (prepare before, finish after) run for real. It logs its steps where the trainer
+would, for the launch script's conversion to ``metrics.jsonl``: as OpenRLHF, two steps to TensorBoard
+(``<--logger.tensorboard_dir>/<run name>``, tags ``train/<key>``); as veRL, three rows of its file logger
+(``$VERL_FILE_LOGGER_PATH``, ``{"step": N, "data": {...}}``).
 
     python trainer_standin.py verl|openrlhf ARGS...
 """
@@ -31,6 +32,18 @@ def log_openrlhf_steps(tensorboard_dir: str) -> None:
                 writer.add_scalar(f"train/{key}", value, step)
 
 
+# a few of the keys veRL 0.9.1's trainer logs each step (compute_data_metrics, timing, perf, the actor update)
+VERL_STEP = {"critic/score/mean": 0.4, "response_length/mean": 40.0, "timing_s/step": 6.0,
+             "perf/total_num_tokens": 3000, "perf/max_memory_allocated_gb": 3.5, "actor/kl_loss": 0.002,
+             "actor/entropy": 1.2}
+
+
+def log_verl_steps(path: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for step in (1, 2, 3):
+            f.write(json.dumps({"step": step, "data": {**VERL_STEP, "critic/score/mean": 0.4 + 0.1 * step}}) + "\n")
+
+
 def main(argv: list[str]) -> None:
     backend, args = argv[0], argv[1:]
     Path(os.environ["STANDIN_RECORD"]).write_text(json.dumps(args))
@@ -43,6 +56,7 @@ def main(argv: list[str]) -> None:
     checkpoints = Path(values["trainer.default_local_dir"])
     shutil.copytree(values["actor_rollout_ref.model.path"], checkpoints / "global_step_3" / "actor" / "huggingface")
     (checkpoints / "latest_checkpointed_iteration.txt").write_text("3")
+    log_verl_steps(os.environ["VERL_FILE_LOGGER_PATH"])
 
 
 if __name__ == "__main__":
