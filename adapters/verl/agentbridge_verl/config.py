@@ -126,6 +126,9 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
         "trainer.nnodes": spec.resources.nodes,
         "trainer.n_gpus_per_node": n_gpus_per_node(spec),
         "trainer.total_training_steps": algo.steps,
+        # veRL stops at whichever comes first, total_epochs (30 by default) or the steps: an epoch has one step at
+        # least, so this many epochs never end the run before its steps (64 rows in batches of 32 would at 60)
+        "trainer.total_epochs": algo.steps,
         # backend.options.logger plus the spec's trackers (logging:), each once
         # the file logger always: its rows become the run's metrics.jsonl (agentbridge_verl.run_metrics)
         "trainer.logger": list(dict.fromkeys([*opts["logger"], "file", *spec.logging.enabled()])),

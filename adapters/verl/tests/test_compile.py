@@ -56,6 +56,14 @@ def test_hydra_config_extends_ppo_trainer_with_the_mapped_settings(small_job: Jo
     assert loops == [{"name": "agentbridge", "_target_": "agentbridge_verl.agent_loop.AgentBridgeAgentLoop"}]
 
 
+def test_epochs_never_end_the_run_before_its_steps(tmp_path: Path) -> None:
+    """veRL stops at total_epochs (30 by default) or the steps, whichever comes first: 64 rows in batches of 32
+    are 2 steps an epoch, so 200 steps need 100 epochs."""
+    job = compile_job(tmp_path / "job", "data.train.size=64", "algorithm.batch_size=32", "algorithm.steps=200")
+    trainer = yaml.safe_load((job.path / "agentbridge_job.yaml").read_text())["trainer"]
+    assert trainer["total_training_steps"] == 200 and trainer["total_epochs"] * (64 // 32) >= 200
+
+
 def test_launch_and_submit_scripts(tmp_path: Path) -> None:
     job = compile_job(tmp_path / "job", "resources.nodes=2", "resources.gpus_per_node=8")
     launch = (job.path / "launch.sh").read_text()
