@@ -64,7 +64,9 @@ OPTIONS: dict[str, Any] = {
     "critic_lr": 9e-6,              # ppo only
     "max_images_per_prompt": 0,     # VLM: every image one trajectory sees (vLLM limit_mm_per_prompt); 0 = the
                                     # task's first images (at least 1) + one screenshot per later turn
-    "save_steps": -1,
+    "save_steps": 50,               # a DeepSpeed checkpoint every N steps in OUT/checkpoints (-1: none); a job
+                                    # launched again with the same OUT continues from the newest (ckpt.load_enable)
+    "save_total_limit": 2,          # how many checkpoints are kept (ckpt.max_num)
 }
 # Flags the executor contract depends on: an override may not change them.
 OWNED = ("train.agent_func_path", "data.prompt_dataset", "data.input_key", "data.label_key")
@@ -173,6 +175,9 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         "ds.param_dtype": "bf16",
         "ckpt.output_dir": f"{out}/ckpt",
         "ckpt.save_steps": opts["save_steps"],
+        "ckpt.path": f"{out}/checkpoints",
+        "ckpt.max_num": opts["save_total_limit"],
+        "ckpt.load_enable": True,  # OpenRLHF resumes from ckpt.path when a checkpoint is there
         "logger.tensorboard_dir": f"{out}/tensorboard",
     }
     tp = int(opts["vllm_tensor_parallel_size"])

@@ -130,3 +130,17 @@ def test_another_backends_options_are_left_out_with_a_note(tmp_path: Path) -> No
     argv = job_argv(ours.path, model="/m")
     assert argv[argv.index("--algo.advantage.is_correction_level") + 1] == "token"
     assert [n.split(" ", 1)[0] for n in ours.manifest["notes"]] == ["algorithm.warm_start.control"]  # an SFT control
+
+
+def test_the_job_checkpoints_and_resumes_in_its_output_directory(tmp_path: Path) -> None:
+    """A DeepSpeed checkpoint every 50 steps under OUT (two kept); launched again with the same OUT, OpenRLHF
+    continues from the newest (its ckpt.load_enable), never from a directory relative to a node's working_dir."""
+    job = OpenRLHFBackend().compile(load_spec(CALC), tmp_path / "job")
+    argv = job_argv(job.path, model="/m")
+    value = {argv[i][2:]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+    assert value["ckpt.save_steps"] == "50" and value["ckpt.max_num"] == "2" and "--ckpt.load_enable" in argv
+    assert value["ckpt.path"] == f"{value['ckpt.output_dir'].removesuffix('/ckpt')}/checkpoints"
+    off = OpenRLHFBackend().compile(load_spec(CALC, ["backend.name=openrlhf", "backend.options={save_steps: -1}"]),
+                                    tmp_path / "off")
+    off_argv = job_argv(off.path, model="/m")
+    assert off_argv[off_argv.index("--ckpt.save_steps") + 1] == "-1"
