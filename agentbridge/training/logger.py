@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 import sys
 import time
@@ -35,10 +36,14 @@ class RunLogger:
 
     Backend metrics (loss, KL, grad norm, ...) are kept under ``<prefix>/<name>``; ``on_row`` sees each row (a
     progress display), and the plugins' ``on_metrics`` hook receives it.
+
+    With several processes, every rank logs each step and ``gather(obj)`` (a collective returning every rank's
+    ``obj``) brings all ranks' episodes to each; only the ``main`` one writes rows and calls ``on_row`` and the hook.
     """
 
     def __init__(self, run_dir: Path, *, prefix: str, on_row: Callable[[dict[str, float]], None] | None = None,
-                 plugins: Any = None, max_error_rate: float = 1.0) -> None:
+                 plugins: Any = None, max_error_rate: float = 1.0,
+                 gather: Callable[[Any], list[Any]] | None = None, main: bool = True) -> None:
         self.run_dir = run_dir
         self.prefix = prefix
         self.pending: list[Trajectory] = []
@@ -48,6 +53,8 @@ class RunLogger:
         self.plugins = plugins
         self.rows: list[dict[str, float]] = []
         self.errors = ErrorRateGuard(max_error_rate)
+        self.gather = gather
+        self.main = main
 
     def add_batch(self, trajs: list[Trajectory], rollout_s: float) -> None:
         """Keep a batch's episodes for the step's row; raises ``TooManyErrors`` past ``max_error_rate``."""
@@ -57,25 +64,33 @@ class RunLogger:
         self.rollout_s += rollout_s
 
     def log(self, step: int, backend_logs: dict[str, Any]) -> dict[str, float] | None:
-        """Write the row of ``step`` from the episodes collected since the last row; None when there were none."""
-        if not self.pending:
+        """Write the row of ``step`` from the episodes collected since the last row (of every rank); None when there
+        were none, and on every rank but the main one."""
+        if self.gather is None and not self.pending:
             return None
         trajs, self.pending = self.pending, []
+        rollout_s, self.rollout_s = self.rollout_s, 0.0
+        memory = peak_memory_gb()
+        if self.gather is not None:  # every rank logs every step: all of them reach this collective
+            parts = self.gather(([_shareable(t) for t in trajs], rollout_s, memory))
+            trajs = [t for part, _, _ in parts for t in part]
+            rollout_s, memory = max(p[1] for p in parts), max(p[2] for p in parts)
+        if not self.main or not trajs:
+            return None
         step_s = time.perf_counter() - self.step_started
         self.step_started = time.perf_counter()
         tokens = sum(len(t.response_ids) + len(t.prompt_ids) for t in trajs)
         row: dict[str, float] = {"step": step, **episode_metrics(trajs)}
         row.update({
             "time/step_s": step_s,
-            "time/rollout_s": self.rollout_s,
+            "time/rollout_s": rollout_s,
             "time/generate_s": sum(t.metrics.get("time/generate_s", 0.0) for t in trajs) / len(trajs),
             "time/env_s": sum(t.metrics.get("time/env_s", 0.0) for t in trajs) / len(trajs),
             "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
-            "memory/peak_gb": peak_memory_gb(),
+            "memory/peak_gb": memory,
         })
         row.update({f"{self.prefix}/{k}": float(v) for k, v in backend_logs.items()
                     if isinstance(v, int | float) and not isinstance(v, bool)})
-        self.rollout_s = 0.0
         append_jsonl(self.run_dir / "metrics.jsonl", row)
         for i, t in enumerate(trajs):
             append_jsonl(self.run_dir / "episodes.jsonl",
@@ -86,3 +101,9 @@ class RunLogger:
         if self.on_row is not None:
             self.on_row(row)
         return row
+
+
+def _shareable(traj: Trajectory) -> Trajectory:
+    """``traj`` as sent to the main process: images become placeholders (their count is what a row keeps) and the
+    messages, which the records drop, are left out."""
+    return dataclasses.replace(traj, images=[None] * len(traj.images), messages=[])

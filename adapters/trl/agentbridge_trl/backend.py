@@ -54,6 +54,11 @@ class TrlBackend:
             problems.append(Problem("backend.options.vllm_mode", f"must be colocate or server, got {mode!r}"))
         if own.get("use_vllm") and spec.resources.gpus_per_node == 0:
             problems.append(Problem("backend.options.use_vllm", "vLLM needs GPUs; set resources.gpus_per_node"))
+        trainers = _training_processes(spec)
+        if own.get("use_vllm") and mode == "server" and trainers > 1:
+            problems.append(Problem("backend.options.vllm_mode", f"server mode works with one training process, "
+                                    f"not {trainers}: every generate call of TRL's server client is a collective "
+                                    "over all ranks, and each rank's episodes make their own calls; use colocate"))
         for key, least in (("save_steps", 0), ("save_total_limit", 1)):
             value = own.get(key, OPTIONS[key])
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -116,6 +121,14 @@ class TrlBackend:
         return kit.launch_job(job, runner, run_dir, self, label="TRL", extra_args=extra_args or ())
 
 
+def _training_processes(spec: Spec) -> int:
+    """How many training processes ``submit.sh`` starts: every GPU, less node 0's last one when it serves vLLM."""
+    options = trl_options(spec)
+    serves = options["use_vllm"] and options["vllm_mode"] == "server" and not options["vllm_server_base_url"]
+    gpus = max(1, spec.resources.gpus_per_node)
+    return spec.resources.nodes * (gpus - 1 if serves and gpus > 1 else gpus)
+
+
 def _submit_lines(spec: Spec, entry: str) -> list[str]:
     """``accelerate launch`` over ``resources``; vLLM in colocate mode, or a server started on the last GPU."""
     nodes, gpus = spec.resources.nodes, max(1, spec.resources.gpus_per_node)
@@ -125,6 +138,10 @@ def _submit_lines(spec: Spec, entry: str) -> list[str]:
         f"NUM_MACHINES=${{NUM_MACHINES:-{nodes}}}",
         f"GPUS_PER_NODE=${{GPUS_PER_NODE:-{gpus}}}",
         "MACHINE_RANK=${MACHINE_RANK:-0}",
+        'if [ "$NUM_MACHINES" -gt 1 ] && [ -z "${MAIN_PROCESS_IP:-}" ]; then',
+        '  echo "error: MAIN_PROCESS_IP: set it to node 0\'s address on every node of this $NUM_MACHINES-node job" >&2',
+        "  exit 2",
+        "fi",
         "MAIN_PROCESS_IP=${MAIN_PROCESS_IP:-127.0.0.1}",
         "TRAIN_GPUS=$GPUS_PER_NODE",
     ]

@@ -21,6 +21,8 @@ from typing import Any
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+RL_START = "rl_start.pt"  # the warm-started weights the other ranks load (several processes); removed once loaded
+
 
 def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool = False) -> dict[str, Any]:
     """Run the whole job (or, with ``resume``, the rest of the run in ``run_dir`` from its newest checkpoint);
@@ -31,26 +33,24 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
     from agentbridge.runs import keep_earlier_run, manifest, package_version, text_hash
     from agentbridge.spec import load_spec, spec_hash
     from agentbridge.training.console import RunConsole, quiet_libraries
-    from agentbridge.training.experiment import Experiment, load_evals
+    from agentbridge.training.experiment import Experiment
     from agentbridge.training.logger import RunLogger
     from agentbridge.training.report import write_report
     from agentbridge.training.trackers import PLUGIN_NAME as TRACKERS_PLUGIN
     from agentbridge.training.trackers import Trackers, tracker_environment
     from agentbridge_trl.config import options as trl_options
-    from agentbridge_trl.resume import WARM_STATE, checkpoint_step, keep_rows_through, record_resume, resume_point
+    from agentbridge_trl.ranks import Ranks
+    from agentbridge_trl.resume import checkpoint_step, record_resume, resume_point
     from agentbridge_trl.trainer import build_trainer
 
     quiet_libraries()
-    console = RunConsole(quiet=quiet, every={"GRPO": 5})
-    say, progress = console.say, console.progress
     spec = load_spec(job_dir / "spec.yaml")
-    checkpoint = resume_point(run_dir, spec_hash(spec)) if resume else None
-    kept = None if resume else keep_earlier_run(run_dir)
-    if kept is not None:
-        say(f"the earlier run in {run_dir} is kept as {kept}")
-    run_dir.mkdir(parents=True, exist_ok=True)  # free now (absent or empty), or the run to resume
     grpo_kwargs = json.loads((job_dir / "grpo_config.json").read_text())
     grpo_kwargs["output_dir"] = str(run_dir / "trainer")
+    ranks = Ranks(cpu=bool(grpo_kwargs.get("use_cpu", False)), timeout_s=float(grpo_kwargs.get("ddp_timeout", 1800)))
+    console = RunConsole(quiet=quiet or not ranks.main, every={"GRPO": 5})
+    say, progress = console.say, console.progress
+    checkpoint = resume_point(run_dir, spec_hash(spec)) if resume else None
 
     # RL finished before the run stopped: its last checkpoint is the trained model, and there is nothing to train
     rl_done = checkpoint is not None and checkpoint_step(checkpoint) >= spec.algorithm.steps
@@ -61,16 +61,24 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
     if problems:
         raise ValueError(f"model.chat_template: {problems[0]}")
     model = load_model(model_path, seed=spec.seed)
-    if checkpoint is None:
-        info = manifest(kind="run", backend="trl", spec_hash=spec_hash(spec), seed=spec.seed,
-                        chat_template_hash=text_hash(agent.renderer.chat_template), job=str(job_dir),
-                        caches=cache_entries_used(),
-                        versions={"agentbridge-trl": package_version("agentbridge-trl"),
-                                  "trl": package_version("trl"), "transformers": package_version("transformers"),
-                                  "torch": package_version("torch")})
-        (run_dir / "manifest.json").write_text(json.dumps(info, indent=2) + "\n")
-    else:
-        record_resume(run_dir, checkpoint)
+    if ranks.main:  # the run directory is set up once; the other ranks wait for it below
+        kept = None if resume else keep_earlier_run(run_dir)
+        if kept is not None:
+            say(f"the earlier run in {run_dir} is kept as {kept}")
+        run_dir.mkdir(parents=True, exist_ok=True)  # free now (absent or empty), or the run to resume
+        if checkpoint is None:
+            extra: dict[str, Any] = {"processes": ranks.count} if ranks.count > 1 else {}
+            info = manifest(kind="run", backend="trl", spec_hash=spec_hash(spec), seed=spec.seed,
+                            chat_template_hash=text_hash(agent.renderer.chat_template), job=str(job_dir),
+                            caches=cache_entries_used(), **extra,
+                            versions={"agentbridge-trl": package_version("agentbridge-trl"),
+                                      "trl": package_version("trl"),
+                                      "transformers": package_version("transformers"),
+                                      "torch": package_version("torch")})
+            (run_dir / "manifest.json").write_text(json.dumps(info, indent=2) + "\n")
+        else:
+            record_resume(run_dir, checkpoint)
+    ranks.wait()
     train_tasks = read_tasks_jsonl(job_dir / "data" / "train.jsonl")
     eval_tasks = read_tasks_jsonl(job_dir / "data" / "eval.jsonl")
     eval_size = trl_options(spec)["eval_size"]
@@ -78,23 +86,10 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
     with console.bars():
         experiment = Experiment(agent, model, run_dir, eval_tasks, say=say, progress=progress)
         earlier_s = 0.0  # RL time spent before the checkpoint a resumed run continues from
-        if checkpoint is None:
-            experiment.evaluate("before_training")
-            experiment.warm_start()
-            if spec.algorithm.warm_start is not None:
-                experiment.evaluate("before_rl")
-            elif "before_training" in experiment.evals:
-                experiment.evals["before_rl"] = experiment.evals["before_training"]  # the same checkpoint
-            if grpo_kwargs.get("save_strategy", "no") != "no":
-                experiment.keep_warm_start(run_dir / WARM_STATE)
-        else:
-            experiment.evals.update(load_evals(run_dir, eval_tasks))
-            experiment.resume_warm_start(run_dir / WARM_STATE)
-            step = checkpoint_step(checkpoint)
-            rows = keep_rows_through(run_dir / "metrics.jsonl", step)
-            keep_rows_through(run_dir / "episodes.jsonl", step)
-            earlier_s = sum(float(r.get("time/step_s", 0.0)) for r in rows)
-            say(f"resuming from {checkpoint} (step {step}; arms kept: {', '.join(experiment.evals) or 'none'})")
+        if ranks.main:  # the phases before RL run once; the other ranks start RL from their result
+            earlier_s = _before_rl(experiment, run_dir, checkpoint, save_state=grpo_kwargs.get("save_strategy", "no")
+                                   != "no", share_weights=ranks.count > 1)
+        _share_start(ranks, model, run_dir / RL_START, checkpoint is None and spec.algorithm.warm_start is not None)
         algo = spec.algorithm
         update = progress("GRPO", algo.steps)
         last_step = algo.steps
@@ -102,27 +97,34 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
             say(f"GRPO finished before the run stopped: the trained model is {checkpoint}")
             experiment.rl_seconds = earlier_s
         else:
-            say(f"GRPO ({algo.name}): {algo.steps} steps x {algo.batch_size} prompts x {algo.group_size} samples")
+            say(f"GRPO ({algo.name}): {algo.steps} steps x {algo.batch_size} prompts x {algo.group_size} samples"
+                + (f" on {ranks.count} processes" if ranks.count > 1 else ""))
 
             def on_row(row: dict[str, float]) -> None:
-                update(int(row["step"]), f"reward {row['reward/mean']:.3f}  {row['time/step_s']:.1f}s/step")
+                update(int(row["step"]), f"reward {row['reward/mean']:.3f}  {row['time/step_s']:.1f}s/step", False)
 
-            plugins = get_plugins()
-            trackers = Trackers(spec, run_dir, say=say)  # agentbridge's rows, through on_metrics
-            plugins.register(TRACKERS_PLUGIN, trackers)
+            plugins = get_plugins() if ranks.main else None
+            trackers = Trackers(spec, run_dir, say=say) if ranks.main else None  # agentbridge's rows, on_metrics
+            if plugins is not None:
+                plugins.register(TRACKERS_PLUGIN, trackers)
             if spec.logging.enabled():  # where TRL's own trackers (report_to) write
                 for key, value in tracker_environment(spec, str(run_dir.absolute()), "trl").items():
                     os.environ.setdefault(key, value)
             try:
-                logger = RunLogger(run_dir, prefix="trl", on_row=on_row, plugins=plugins,
-                                   max_error_rate=spec.agent.max_error_rate)
+                logger = RunLogger(run_dir, prefix="trl", on_row=on_row if ranks.main else None, plugins=plugins,
+                                   max_error_rate=spec.agent.max_error_rate,
+                                   gather=ranks.gather if ranks.count > 1 else None, main=ranks.main)
                 trainer, _ = build_trainer(agent, model, grpo_kwargs, train_tasks, logger)
                 resume_from = str(checkpoint) if checkpoint is not None else None
                 experiment.rl(lambda: trainer.train(resume_from_checkpoint=resume_from), earlier_s=earlier_s)
                 last_step = trainer.state.global_step
             finally:
-                plugins.unregister(TRACKERS_PLUGIN)
-                trackers.close()
+                if plugins is not None:
+                    plugins.unregister(TRACKERS_PLUGIN)
+                if trackers is not None:
+                    trackers.close()
+        if not ranks.main:  # RL was the only phase spread over the ranks
+            return {}
         if "after_rl" not in experiment.evals:  # a resumed run may have evaluated it before it stopped
             experiment.evaluate("after_rl")
         model.save_pretrained(run_dir / "model")
@@ -134,6 +136,52 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
     report = write_report(run_dir)
     say(f"report: {report}")
     return summary
+
+
+def _before_rl(experiment: Any, run_dir: Path, checkpoint: Path | None, *, save_state: bool,
+               share_weights: bool) -> float:
+    """The main process's phases before RL: held-out eval, the warm start and its eval (or, resuming, reading
+    them back and dropping the rows after the checkpoint). Returns the RL time spent before the checkpoint."""
+    import torch
+
+    from agentbridge.training.experiment import load_evals
+    from agentbridge_trl.resume import WARM_STATE, checkpoint_step, keep_rows_through
+
+    spec = experiment.agent.spec
+    if checkpoint is None:
+        experiment.evaluate("before_training")
+        experiment.warm_start()
+        if spec.algorithm.warm_start is not None:
+            experiment.evaluate("before_rl")
+            if share_weights:  # what the other ranks start RL from
+                torch.save(experiment.model.state_dict(), run_dir / RL_START)
+        elif "before_training" in experiment.evals:
+            experiment.evals["before_rl"] = experiment.evals["before_training"]  # the same checkpoint
+        if save_state:
+            experiment.keep_warm_start(run_dir / WARM_STATE)
+        return 0.0
+    experiment.evals.update(load_evals(run_dir, experiment.eval_tasks))
+    experiment.resume_warm_start(run_dir / WARM_STATE)
+    step = checkpoint_step(checkpoint)
+    rows = keep_rows_through(run_dir / "metrics.jsonl", step)
+    keep_rows_through(run_dir / "episodes.jsonl", step)
+    experiment.say(f"resuming from {checkpoint} (step {step}; arms kept: {', '.join(experiment.evals) or 'none'})")
+    return sum(float(r.get("time/step_s", 0.0)) for r in rows)
+
+
+def _share_start(ranks: Any, model: Any, path: Path, warm_started: bool) -> None:
+    """Wait for the main process's phases before RL; after a warm start, the other ranks load its weights from
+    ``path`` (written by the main process), which is removed once all have."""
+    ranks.wait()
+    if not warm_started or ranks.count == 1:
+        return
+    import torch
+
+    if not ranks.main:
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    ranks.wait()
+    if ranks.main:
+        path.unlink()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,10 @@ def common_prefix(input_ids: Any, starts: Any, prompt_width: int) -> int:
 
 
 def plain_head(model: Any) -> bool:
-    """Whether the model's logits are its output layer's, unscaled (what this computation reproduces)."""
+    """Whether the model's logits are its output layer's, unscaled (what this computation reproduces). Not for a
+    model wrapped for several processes (DDP): calling its parts directly would skip the wrapper's gradient sync."""
+    if getattr(model, "config", None) is None:
+        return False
     text = model.config.get_text_config()
     scaled = any(getattr(text, k, None) is not None for k in ("final_logit_softcapping", "logit_scale",
                                                               "output_multiplier", "lm_head_multiplier",
