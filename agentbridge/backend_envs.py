@@ -27,7 +27,9 @@ CPU_TORCH = "torch==2.13.0"  # the CPU build on this project's machines; an unpi
 # backend -> (module that must import, adapter distribution, adapter extra, CPU-only extra steps, GPU extras and the
 # GPU steps after them)
 FIRST_PARTY: dict[str, dict[str, Any]] = {
-    "trl": {"module": "trl", "adapter": "agentbridge-trl", "extra": "backend", "gpu": ["trl[vllm]==1.16.0"]},
+    # DeepSpeed (the GPU profiles' ZeRO-3) builds its ops against the installed torch: after, without build isolation
+    "trl": {"module": "trl", "adapter": "agentbridge-trl", "extra": "backend", "gpu": ["trl[vllm]==1.16.0"],
+            "gpu_post": [["--no-build-isolation", "deepspeed==0.19.6"]]},
     # veRL builds its FSDP actor with flash_attention_2 but lists flash-attn only under its `fsdp` extra; it
     # compiles against the installed torch, so it goes in after, without build isolation
     "verl": {"module": "verl", "adapter": "agentbridge-verl", "extra": "backend", "gpu": ["verl[vllm]==0.9.1"],

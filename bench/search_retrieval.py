@@ -62,7 +62,7 @@ def pct(values: Sequence[float], q: float) -> float:
 
 def summary(name: str, lat_s: list[float], total_s: float, n_queries: int, **extra: Any) -> dict[str, Any]:
     row = {"case": name, "queries": n_queries, "qps": round(n_queries / total_s, 1),
-           "p50_ms": round(pct(lat_s, 0.5) * 1e3, 1), "p99_ms": round(pct(lat_s, 0.99) * 1e3, 1), **extra}
+           "p50_ms": round(pct(lat_s, 0.5) * 1e3, 2), "p99_ms": round(pct(lat_s, 0.99) * 1e3, 2), **extra}
     print(json.dumps(row), flush=True)
     return row
 

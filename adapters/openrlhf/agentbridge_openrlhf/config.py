@@ -52,6 +52,8 @@ OPTIONS: dict[str, Any] = {
     "vllm_num_engines": None,       # default: one engine per GPU (tensor_parallel_size 1)
     "vllm_tensor_parallel_size": 1,
     "vllm_gpu_memory_utilization": 0.6,
+    "prefix_caching": True,         # vllm.enable_prefix_caching: each turn re-sends the episode so far, whose KV
+                                    # cache vLLM then reuses (OpenRLHF passes False to vLLM unless asked)
     "zero_stage": 2,
     "gradient_checkpointing": False,
     "packing_samples": False,
@@ -202,6 +204,8 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
             v["train.partial_rollout_enable"] = True
     else:
         v.update({"train.colocate_all": True, "vllm.enable_sleep": True, "ds.enable_sleep": True})
+    if opts["prefix_caching"]:
+        v["vllm.enable_prefix_caching"] = True
     if opts["gradient_checkpointing"]:
         v["actor.gradient_checkpointing_enable"] = True
     if opts["packing_samples"]:

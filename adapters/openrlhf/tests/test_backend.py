@@ -64,7 +64,8 @@ def test_launch_flags_are_full_dotted_names_mapped_from_the_spec(calculator_job:
     assert value["rollout.n_samples_per_prompt"] == "4" and value["rollout.batch_size"] == "8"
     lr = load_spec(CALC).algorithm.lr
     assert value["train.batch_size"] == "32" and float(value["actor.adam.lr"]) == lr
-    assert {"train.colocate_all", "vllm.enable_sleep", "data.apply_chat_template"} <= set(flags)
+    assert {"train.colocate_all", "vllm.enable_sleep", "vllm.enable_prefix_caching",
+            "data.apply_chat_template"} <= set(flags)
     submit = (calculator_job / "submit.sh").read_text()
     assert "ray job submit" in submit and "--working-dir \"$JOB\"" in submit
     remote = subprocess.run(["bash", str(calculator_job / "submit.sh"), "--print-args"], capture_output=True,

@@ -13,7 +13,15 @@ from agentbridge.backends import Capabilities, Job, Problem, Report
 from agentbridge.runs import write_jsonl
 from agentbridge.spec import Spec, dump_spec
 from agentbridge_trl import __version__
-from agentbridge_trl.config import ALGORITHMS, OPTIONS, WHY_NOT, applies, grpo_config_kwargs, world_size
+from agentbridge_trl.config import (
+    ALGORITHMS,
+    OPTIONS,
+    WHY_NOT,
+    ZERO_STAGES,
+    applies,
+    grpo_config_kwargs,
+    world_size,
+)
 from agentbridge_trl.config import options as trl_options
 
 TRL_PIN = "1.16.0"
@@ -63,6 +71,13 @@ class TrlBackend:
             value = own.get(key, OPTIONS[key])
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 problems.append(Problem(f"backend.options.{key}", f"must be a whole number >= {least}, got {value!r}"))
+        stage = own.get("zero_stage")
+        if stage is not None and (stage not in ZERO_STAGES or isinstance(stage, bool)):
+            problems.append(Problem("backend.options.zero_stage", f"must be one of {', '.join(map(str, ZERO_STAGES))} "
+                                    f"(DeepSpeed ZeRO) or null (DDP), got {stage!r}"))
+        elif stage is not None and spec.resources.gpus_per_node == 0:
+            problems.append(Problem("backend.options.zero_stage", "DeepSpeed needs GPUs; set resources.gpus_per_node "
+                                    "or leave zero_stage unset on CPU"))
         if spec.algorithm.group_size < 2:
             problems.append(Problem("algorithm.group_size", "GRPO-family advantages need at least 2 samples per "
                                     "prompt"))

@@ -26,11 +26,15 @@ WHY_NOT = {
 OPTIONS: dict[str, Any] = {"use_vllm": False, "vllm_mode": "colocate", "vllm_server_base_url": None,
                            "vllm_gpu_memory_utilization": 0.3, "vllm_tensor_parallel_size": 1,
                            "gradient_checkpointing": False, "log_completions": False, "eval_size": None,
-                           "save_steps": 50, "save_total_limit": 2, "micro_batch_size": None}
+                           "save_steps": 50, "save_total_limit": 2, "micro_batch_size": None, "zero_stage": None}
 # save_steps: RL steps between checkpoints in RUN_DIR/trainer/checkpoint-N (and one at the last step), what
 # `agentbridge train --resume` continues from; 0 saves none. save_total_limit: how many are kept (the newest).
 # micro_batch_size: sequences per device in one forward/backward pass (gradients accumulate over the step's
 # batch; one optimizer update per RL step either way); None: the device's whole share of the step at once.
+# zero_stage: DeepSpeed ZeRO stage 1, 2 or 3 sharding optimizer state, gradients (2) and weights (3) over the GPUs
+# (TRL's GRPO recipes launch with examples/accelerate_configs/deepspeed_zero3.yaml; generation gathers the weights,
+# ds3_gather_for_generation); None: plain DDP, every GPU holds the whole model and its optimizer state.
+ZERO_STAGES = (1, 2, 3)
 
 
 # GRPOConfig arguments that transformers renamed: the name written here -> the one releases before the rename take
@@ -96,6 +100,18 @@ def checkpointing(opts: dict[str, Any]) -> dict[str, Any]:
     return {"save_strategy": "steps", "save_steps": steps, "save_total_limit": max(1, int(opts["save_total_limit"]))}
 
 
+def deepspeed_config(stage: int) -> dict[str, Any]:
+    """The DeepSpeed config of ZeRO ``stage``, as TRL's accelerate recipes set it (no offload, bf16; "auto" values
+    are filled from GRPOConfig by transformers: micro-batch, accumulation, clipping, bucket sizes)."""
+    zero: dict[str, Any] = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True,
+                            "reduce_bucket_size": "auto"}
+    if stage == 3:
+        zero.update({"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+                     "stage3_gather_16bit_weights_on_model_save": True})
+    return {"zero_optimization": zero, "bf16": {"enabled": "auto"}, "gradient_clipping": "auto",
+            "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}
+
+
 def batch_shape(spec: Spec, micro_batch_size: int | None) -> dict[str, int]:
     """GRPOConfig's batch arguments: each device's share of the step's episodes in micro-batches of
     ``micro_batch_size`` whose gradients accumulate, all generated at once (one rollout, one update per RL step)."""
@@ -146,6 +162,8 @@ def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
         elif opts["vllm_server_base_url"]:
             kwargs["vllm_server_base_url"] = opts["vllm_server_base_url"]
         kwargs["vllm_max_model_length"] = spec.agent.max_prompt_tokens + spec.agent.max_response_tokens
+    if opts["zero_stage"] in ZERO_STAGES and not on_cpu:
+        kwargs["deepspeed"] = deepspeed_config(opts["zero_stage"])
     if applies(spec):
         kwargs.update(spec.backend.overrides)
     return kwargs

@@ -6,6 +6,7 @@ Run in the TRL environment: ``python -m agentbridge_trl.validate JOB [--json]``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import sys
 from collections.abc import Iterator
@@ -64,6 +65,25 @@ def gpu_precision_here(kwargs: dict[str, Any], skipped: list[str] | None) -> Ite
         yield
 
 
+def finish_deepspeed_config(config: Any, model: str, skipped: list[str] | None) -> None:
+    """Finish the job's DeepSpeed config as the trainer will once the model is loaded (its "auto" sizes from the
+    model's hidden size), which raises ValueError where the config disagrees with GRPOConfig."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig
+
+    try:
+        model_config = AutoConfig.from_pretrained(model)
+        model_config = getattr(model_config, "text_config", None) or model_config
+    except (OSError, ValueError):  # a hub id not on this machine
+        model_config = SimpleNamespace(hidden_size=1024)
+        if skipped is not None:
+            skipped.append("deepspeed: the model's config.json is not here; its bucket sizes were sized for a "
+                           "placeholder hidden size")
+    config.hf_deepspeed_config.trainer_config_finalize(config, SimpleNamespace(config=model_config),
+                                                       config.max_steps)
+
+
 def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
                  semantics: dict[str, str] | None = None) -> list[Problem]:
     """GRPOConfig builds, the model path resolves, the tokenizer's chat template renders tool calls; ``semantics``
@@ -82,11 +102,19 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
 
     kwargs = json.loads((job_dir / "grpo_config.json").read_text())
     kwargs["output_dir"] = str(job_dir / "validate-trainer")
+    if "deepspeed" in kwargs and importlib.util.find_spec("deepspeed") is None:
+        kwargs.pop("deepspeed")
+        if skipped is not None:
+            skipped.append("deepspeed: not installed here, so its ZeRO config was not built (`pip install "
+                           "--no-build-isolation deepspeed` where torch is, and check again)")
     try:
         with gpu_precision_here(kwargs, skipped):
             config = make_grpo_config(kwargs)
+            if "deepspeed" in kwargs:
+                finish_deepspeed_config(config, start.model, skipped)
     except (TypeError, ValueError) as e:
-        problems.append(Problem("grpo_config.json", f"GRPOConfig rejects it: {str(e).splitlines()[0]}"))
+        said = " ".join(line.strip() for line in str(e).splitlines() if line.strip())  # DeepSpeed lists on lines
+        problems.append(Problem("grpo_config.json", f"GRPOConfig rejects it: {said[:400]}"))
     else:
         if semantics is not None:
             semantics.update(semantics_of(config))

@@ -178,3 +178,35 @@ def test_a_gpu_job_is_validated_as_such_on_a_cpu_machine(tmp_path: Path, monkeyp
                                                         "backend.overrides={fp16: true}"])
     problems = [str(p) for p in TrlBackend().validate(TrlBackend().compile(broken, tmp_path / "broken")).problems]
     assert len(problems) == 1 and problems[0].startswith("grpo_config.json: GRPOConfig rejects it"), problems
+
+
+def test_a_zero3_gpu_job_gets_deepspeeds_config_finished_as_the_trainer_will(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU profile's ``zero_stage: 3``: the job carries TRL's ZeRO-3 recipe; validate builds it with DeepSpeed
+    and finishes it as the trainer does (micro-batch and accumulation from GRPOConfig); a config that disagrees
+    with GRPOConfig is one line; ZeRO on a CPU spec or an unknown stage is refused at check."""
+    pytest.importorskip("deepspeed")  # scripts/test.sh installs it (the check needs no GPU)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    sets = ["data.train.size=64", "data.eval.size=8"]
+    spec = load_spec("examples/calculator.gpu.yaml", sets)
+    report = TrlBackend().validate(TrlBackend().compile(spec, tmp_path / "job"))
+    assert report.ok, [str(p) for p in report.problems]
+    assert not [s for s in report.details["skipped"] if "not installed" in s]
+    ds = json.loads((tmp_path / "job" / "grpo_config.json").read_text())["deepspeed"]
+    zero = ds["zero_optimization"]
+    assert zero["stage"] == 3 and zero["stage3_gather_16bit_weights_on_model_save"]
+
+    mismatch = load_spec("examples/calculator.gpu.yaml", [*sets, "backend.overrides={deepspeed: {zero_optimization: "
+                                                          "{stage: 2}, train_micro_batch_size_per_gpu: 8}}"])
+    problems = [str(p) for p in TrlBackend().validate(TrlBackend().compile(mismatch, tmp_path / "bad")).problems]
+    assert len(problems) == 1 and "train_micro_batch_size_per_gpu" in problems[0], problems
+
+    def zero_problems(*extra: str) -> list[str]:
+        s = load_spec("examples/calculator.yaml", ["backend.name=trl", *extra])
+        return [str(p) for p in TrlBackend().check(s) if p.where == "backend.options.zero_stage"]
+
+    assert zero_problems("backend.options={zero_stage: 2}", "resources.gpus_per_node=8") == []
+    assert "DeepSpeed needs GPUs" in zero_problems("backend.options={zero_stage: 3}")[0]
+    assert "must be one of 1, 2, 3" in zero_problems("backend.options={zero_stage: 4}", "resources.gpus_per_node=8")[0]
+    cpu_job = grpo_config_kwargs(load_spec("examples/calculator.yaml", ["backend.name=trl"]), "out")
+    assert "deepspeed" not in cpu_job

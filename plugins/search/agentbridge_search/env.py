@@ -65,7 +65,7 @@ search = search_tool(_LazyDefault())  # the registered tool: $AGENTBRIDGE_SEARCH
 class SearchEnv(ToolEnvironment):
     """Multi-hop QA with a ``search`` tool; ends when the model answers without a tool call.
 
-    Args mirror the spec's ``environment.args``: ``retriever`` (bm25 | dense), ``topk``, ``url`` (a Search-R1
+    Args mirror the spec's ``environment.args``: ``retriever`` (bm25 | bm25s | dense), ``topk``, ``url`` (a Search-R1
     server, or several comma-separated replicas; default in-process), ``http_timeout_s``, ``world_seed`` and
     ``world`` (extra ``build_world`` arguments; must match the data's).
     """

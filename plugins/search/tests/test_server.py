@@ -9,13 +9,13 @@ import pytest
 from fastapi.testclient import TestClient
 from test_retrieval import CORPUS
 
-from agentbridge_search.retrievers import BM25Retriever
+from agentbridge_search.retrievers import TantivyRetriever
 from agentbridge_search.server import DEFAULT_HOST, create_app, read_corpus, serve
 
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
-    return TestClient(create_app(BM25Retriever(CORPUS, cache=False), max_batch=8, max_topk=10))
+    return TestClient(create_app(TantivyRetriever(CORPUS, cache=False), max_batch=8, max_topk=10))
 
 
 def test_retrieve_protocol(client: TestClient) -> None:
