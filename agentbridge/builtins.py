@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agentbridge.hooks import hookimpl
+from agentbridge.judge import judge_reward
+from agentbridge.reward_model import reward_model_reward
 from agentbridge.rewards import answer_format, exact_answer
 from agentbridge.rollout.parsers import HermesParser
 
@@ -19,3 +21,5 @@ def register_tool_parsers(register: Callable[[str, Any], None]) -> None:
 def register_rewards(register: Callable[[str, Any], None]) -> None:
     register("core/exact_answer", exact_answer)
     register("core/format", answer_format)
+    register("core/judge", judge_reward)
+    register("core/reward_model", reward_model_reward)

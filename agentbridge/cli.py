@@ -575,5 +575,26 @@ def view(run_dir: str, out: str | None, model: str | None) -> None:
     click.echo(f"wrote {path} ({n} episodes)")
 
 
+@main.command("serve")
+@click.argument("model", metavar="MODEL")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--name", default=None, help="The model name clients send (default: MODEL).")
+@click.option("--max-batch", default=32, show_default=True, type=click.IntRange(1, 1024),
+              help="Concurrent requests generated together.")
+@click.option("--max-tokens", default=256, show_default=True, type=click.IntRange(1, 1 << 20),
+              help="Completion tokens when a request sets none.")
+@user_errors
+def serve(model: str, host: str, port: int, name: str | None, max_batch: int, max_tokens: int) -> None:
+    """Serve MODEL (a local model directory or a builtin) over the OpenAI chat-completions protocol, as vLLM and
+    SGLang do: a judge or evaluation written against it moves to a real server by its URL."""
+    from agentbridge.models import resolve_model_path
+    from agentbridge.serve import serve as run_server
+
+    resolve_model_path(model)  # a bad path is one line before the server starts
+    click.echo(f"serving {name or model} at http://{host}:{port}/v1", err=True)
+    run_server(model, host=host, port=port, name=name, max_batch=max_batch, max_tokens=max_tokens)
+
+
 if __name__ == "__main__":
     main()

@@ -27,6 +27,7 @@ RECIPE_VERSION = 2
 BUILTIN_MODELS: dict[str, str] = {
     "builtin:tiny": "4-layer 128-wide random-init Qwen2, 4096-token byte-level BPE; fastest smoke tests",
     "builtin:tiny-qwen2.5": "2-layer 64-wide Qwen2 (random init) with the real 151k Qwen2.5 tokenizer",
+    "builtin:tiny-rm": "builtin:tiny as a random-init reward model (Qwen2 sequence classification, one score)",
     "builtin:tiny-vl": "2-layer 64-wide random-init Qwen2-VL (vision depth 1), 4096-token BPE with the vision "
                        "tokens, Qwen2.5-VL chat template, small-image Qwen2VLImageProcessor",
 }
@@ -236,7 +237,7 @@ def _build(name: str, out: Path) -> None:
         Qwen2VLImageProcessorPil(size=size).save_pretrained(out)
         _save(name, out, tok, model)
         return
-    if name == "builtin:tiny":
+    if name in ("builtin:tiny", "builtin:tiny-rm"):
         tok, dims = _tiny_tokenizer(), {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}
     else:
         tok, dims = _qwen_tokenizer(), {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
@@ -245,6 +246,12 @@ def _build(name: str, out: Path) -> None:
                          max_position_embeddings=4096, tie_word_embeddings=True, eos_token_id=eos,
                          pad_token_id=pad, bos_token_id=None, **dims)
     torch.manual_seed(0)
+    if name == "builtin:tiny-rm":
+        from transformers import Qwen2ForSequenceClassification
+
+        config.num_labels = 1
+        _save(name, out, tok, Qwen2ForSequenceClassification(config))
+        return
     _save(name, out, tok, Qwen2ForCausalLM(config))
 
 

@@ -38,6 +38,7 @@ def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "tools/calls": _mean([t.metrics.get("tools/calls", 0.0) for t in trajectories]),
         "tools/failures": _mean([t.metrics.get("tools/failures", 0.0) for t in trajectories]),
         "tools/parse_errors": _mean([t.metrics.get("tools/parse_errors", 0.0) for t in trajectories]),
+        "reward/errors": _mean([t.metrics.get("reward/errors", 0.0) for t in trajectories]),
     }
     for name in sorted({k for t in trajectories for k in t.reward_components}):
         out[f"reward/{name}"] = _mean([t.reward_components.get(name, 0.0) for t in trajectories])

@@ -11,7 +11,7 @@ pip() { .venv/bin/python -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither
 echo "[install] torch (CPU build) and agentbridge into .venv"
 pip install -q torch==2.13.0
 plugins=(); for p in plugins/*/; do plugins+=(-e "$p"); done
-pip install -q -e '.[hf,plot]' "${plugins[@]}" "$@"
+pip install -q -e '.[hf,plot,serve]' "${plugins[@]}" "$@"
 pip install -q -e 'adapters/trl[backend]'   # TRL shares the main environment
 # veRL and OpenRLHF run in their own environments (adapters/*/test.sh); here only compile and `check` are needed
 for adapter in adapters/verl adapters/openrlhf; do

@@ -8,7 +8,9 @@ scripts/system-deps.sh
 scripts/install.sh pytest hypothesis ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML "tensorboard>=2.14"
 # DeepSpeed, so that the TRL GPU profiles' ZeRO-3 config is built and checked (an sdist: built against this torch)
 .venv/bin/python -m pip install -q --no-build-isolation deepspeed==0.19.6 2>&1 | { grep -v "is ignored" || true; }
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
+# DS_ACCELERATOR: DeepSpeed (imported by accelerate whenever it is installed) otherwise probes for a GPU and says
+# on stdout that it found none, in every process that loads a model
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 DS_ACCELERATOR=cpu
 echo "[test] ruff"
 .venv/bin/ruff check .
 echo "[test] import contracts (pyproject.toml [tool.importlinter])"

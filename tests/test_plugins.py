@@ -46,7 +46,8 @@ def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_builtins_are_the_only_default_plugin(fresh_process: Any) -> None:
     (info,) = Plugins(entry_points=False).info()
     assert info.name == "agentbridge.builtins" and info.distribution == "agentbridge"
-    assert info.registered == {"rewards": ["core/exact_answer", "core/format"], "tool_parsers": ["hermes"]}
+    assert info.registered == {"rewards": ["core/exact_answer", "core/format", "core/judge", "core/reward_model"],
+                               "tool_parsers": ["hermes"]}
     names = [i.name for i in Plugins().info()]
     assert "agentbridge.builtins" in names and GOLDEN not in names
     assert "conformance/golden" not in fresh_process().environments

@@ -1,0 +1,137 @@
+"""``core/reward_model``: a reward scored by a sequence-classification model (``AutoModelForSequenceClassification``).
+
+The episode is shown to the model through its own chat template (``template: chat``: the episode's messages, as
+reward models such as Skywork's or ArmoRM are trained) or a format string over ``{prompt}``, ``{answer}``,
+``{response}`` and ``{reference}``; the score is the logit of ``label`` (optionally squashed by a sigmoid).
+Episodes scored while a batch runs are gathered into the next batch, so the episodes of a step go through the model
+together (at most ``batch_size`` per forward), in a worker thread: the driver's event loop keeps running.
+``builtin:tiny-rm`` is a random-init tiny one for CPU tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentbridge.rewards import extract_answer, gold_answers
+
+if TYPE_CHECKING:
+    from agentbridge.env import Task
+    from agentbridge.rollout.trajectory import Trajectory
+
+
+class RewardModelArgs(BaseModel):
+    """``core/reward_model``'s arguments (``reward[i].args``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(description="A local model directory (config.json) or builtin:tiny-rm")
+    template: str = Field(default="chat", description="chat: the model's chat template over the episode's "
+                          "messages; otherwise a format string over {prompt} {answer} {response} {reference}")
+    label: int = Field(default=0, ge=0, description="Which output logit is the score")
+    squash: Literal["none", "sigmoid"] = Field(default="none", description="sigmoid maps the logit to (0, 1)")
+    device: str = Field(default="cpu", description="Where the model runs: cpu, cuda, cuda:1, ...")
+    batch_size: int = Field(default=16, ge=1, description="Episodes per forward pass at most")
+    max_length: int = Field(default=2048, ge=8, description="Tokens kept per episode (the end is kept)")
+
+
+def episode_text(trajectory: Trajectory, task: Task, template: str, tokenizer: Any) -> str:
+    """What the reward model reads for one episode."""
+    if template == "chat":
+        messages = [{"role": m["role"], "content": m.get("content") if isinstance(m.get("content"), str) else ""}
+                    for m in trajectory.messages] or [{"role": "user", "content": str(task.prompt)},
+                                                      {"role": "assistant", "content": trajectory.final_text}]
+        return str(tokenizer.apply_chat_template(messages, tokenize=False))
+    answer = extract_answer(trajectory.final_text)
+    return template.format(prompt=task.prompt, answer=answer if answer is not None else "",
+                           response=trajectory.final_text, reference=" | ".join(gold_answers(task)))
+
+
+class RewardModel:
+    """One loaded reward model, scoring texts in batches gathered from concurrent episodes."""
+
+    def __init__(self, args: RewardModelArgs) -> None:
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from agentbridge.models import resolve_model_path
+
+        self.args = args
+        local = resolve_model_path(args.path)
+        self.tokenizer = AutoTokenizer.from_pretrained(local)
+        self.tokenizer.truncation_side = "left"  # the end of the episode (the answer) is what is judged
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForSequenceClassification.from_pretrained(local, dtype=torch.float32)
+        self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.model.to(args.device).eval()
+        if args.label >= self.model.config.num_labels:
+            raise ValueError(f"label {args.label}: the model has {self.model.config.num_labels} output(s)")
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, asyncio.Future[float]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self.batches: list[int] = []  # size of each forward pass, for inspection
+
+    def score_batch(self, texts: list[str]) -> list[float]:
+        """The scores of ``texts`` in one forward pass (blocking)."""
+        import torch
+
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
+                             max_length=self.args.max_length)
+        with self._lock, torch.no_grad():
+            logits = self.model(**{k: v.to(self.args.device) for k, v in enc.items()}).logits[:, self.args.label]
+        if self.args.squash == "sigmoid":
+            logits = torch.sigmoid(logits)
+        self.batches.append(len(texts))
+        return [float(x) for x in logits.float().cpu()]
+
+    async def score(self, text: str) -> float:
+        """The score of ``text``, computed with the other episodes' texts that arrive meanwhile."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[float] = loop.create_future()
+        self._pending.append((text, future))
+        if self._flusher is None or self._flusher.done() or self._flusher.get_loop() is not loop:
+            self._flusher = loop.create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(0)  # let the episodes finishing in this tick join the batch
+        while self._pending:
+            batch, self._pending = self._pending[: self.args.batch_size], self._pending[self.args.batch_size:]
+            try:
+                scores = await asyncio.to_thread(self.score_batch, [t for t, _ in batch])
+            except Exception as e:  # noqa: BLE001 - each episode of the batch gets the error as its own
+                for _, f in batch:
+                    if not f.done():
+                        f.set_exception(e)
+                continue
+            for (_, f), s in zip(batch, scores, strict=True):
+                if not f.done():
+                    f.set_result(s)
+
+
+_MODELS: dict[str, RewardModel] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def _load(args: RewardModelArgs, key: str) -> RewardModel:
+    """The reward model of ``key``, loaded once however many episodes ask at the same time (in worker threads)."""
+    with _LOAD_LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = RewardModel(args)
+        return _MODELS[key]
+
+
+async def reward_model_reward(trajectory: Trajectory, task: Task, **args: Any) -> float:
+    """``core/reward_model``: the reward model's score of the episode (see the module's docstring)."""
+    parsed = RewardModelArgs(**args)
+    key = parsed.model_dump_json(exclude={"template"})
+    model = _MODELS.get(key)
+    if model is None:
+        model = await asyncio.to_thread(_load, parsed, key)
+    return await model.score(episode_text(trajectory, task, parsed.template, model.tokenizer))
+
+
+reward_model_reward.Args = RewardModelArgs  # type: ignore[attr-defined]  # what plugin_args checks args against
