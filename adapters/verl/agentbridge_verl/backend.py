@@ -156,6 +156,8 @@ def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
         'mkdir -p "$RUN_DIR" && RUN_DIR="$(cd "$RUN_DIR" && pwd)"',
         'export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$RUN_DIR/verl_metrics.jsonl}"',
         'export AGENTBRIDGE_RUN_DIR="$RUN_DIR"',
+        "# first: the Ray cluster the job uses ($RAY_ADDRESS) must have the nodes it asks for (veRL waits forever)",
+        '"$PYTHON" -m agentbridge_verl.cluster "$JOB" "$@"',
         *tracker_env_lines(spec, "$RUN_DIR", "verl"),
         *before,
         f"\"$PYTHON\" -m verl.trainer.main_ppo --config-path \"$JOB\" --config-name {CONFIG_NAME} \\",

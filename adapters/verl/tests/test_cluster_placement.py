@@ -114,3 +114,32 @@ def test_3_node_job_fails_fast_on_the_2_node_cluster(run_main: Any, tmp_path: Pa
         run_main(job.path)
     assert str(failed.value) == "Total available GPUs 16.0 is less than total desired GPUs 24"
     assert time.monotonic() - start < WAIT and _live_groups() == []
+
+
+def test_a_job_whose_nodes_fit_no_node_of_the_cluster_is_refused_before_veRL_waits(gpu_cluster: Any,
+                                                                                    tmp_path: Path) -> None:
+    """1x16 on the 2x8 cluster passes veRL's total-GPU check (16 of 16) and then waits forever for a 16-GPU group
+    on one node; launch.sh's cluster check refuses it first, with one line, and lets 2x8 through."""
+    import os
+    import subprocess
+    import sys
+
+    from agentbridge_verl.cluster import job_shape, placement_problem
+
+    job = compile_job(tmp_path / "job", "resources.nodes=1", "resources.gpus_per_node=16", *SIZE).path
+    assert job_shape(job, []) == (1, 16)
+    assert job_shape(job, ["trainer.nnodes=2", "trainer.n_gpus_per_node=8", "x=1"]) == (2, 8)  # submit.sh's
+    assert placement_problem(2, 8, gpu_cluster.address) is None
+    problem = placement_problem(1, 16, gpu_cluster.address)
+    assert problem is not None and "has 0 such node(s) (GPUs per node: 8, 8)" in problem
+    assert "but the Ray cluster at" in (placement_problem(3, 8, gpu_cluster.address) or "")
+    assert "RAY_ADDRESS is not set" in (placement_problem(2, 8, None) or "")
+    assert placement_problem(1, 8, None) is None  # one machine: veRL's own check says it at once
+
+    env = {**os.environ, "RAY_ADDRESS": gpu_cluster.address, "PYTHON": sys.executable, "RUN_DIR": str(tmp_path / "r")}
+    started = time.monotonic()
+    res = subprocess.run(["bash", str(job / "launch.sh")], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and time.monotonic() - started < WAIT
+    [line] = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith(f"error: {job / 'launch.sh'}: the job asks for 1 node(s) with 16 GPUs each"), res.stderr
+    assert not (tmp_path / "r" / "eval.json").exists()  # refused before the warm start and evaluations

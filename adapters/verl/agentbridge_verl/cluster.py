@@ -1,0 +1,94 @@
+"""Before ``launch.sh`` starts veRL's trainer: does the Ray cluster it is going to use have the nodes the job asks for?
+
+veRL 0.9.1 checks only the cluster's *total* GPUs (``ResourcePoolManager._check_resource_available``), then places
+one STRICT_PACK placement group of ``trainer.n_gpus_per_node`` GPUs per node and waits for each with
+``ray.get(pg.ready())`` and no timeout. A job whose per-node share fits no node (1x16 on a 2x8 cluster, 2x8 on four
+nodes of 4) passes the total check and waits forever; so does a multi-node job launched without ``RAY_ADDRESS``
+(``main_ppo``'s ``ray.init()`` then starts a cluster of this machine alone). This check refuses both with one line.
+
+``python -m agentbridge_verl.cluster JOB [OVERRIDES...]`` (``launch.sh`` runs it with its own arguments, so
+``trainer.nnodes=`` / ``trainer.n_gpus_per_node=`` from ``submit.sh`` count): exit 0 when the job fits, 1 with one
+``error:`` line when it does not. A one-node job without ``RAY_ADDRESS`` is left to veRL's own check (it fails at
+once when this machine has too few GPUs). Without Ray in this interpreter it checks nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import yaml
+
+from agentbridge_verl.config import CONFIG_NAME
+
+ADDRESS_ENV = "RAY_ADDRESS"
+
+
+def job_shape(job: Path, overrides: list[str]) -> tuple[int, int]:
+    """(``trainer.nnodes``, ``trainer.n_gpus_per_node``): the job's config, then the command line's overrides."""
+    trainer = (yaml.safe_load((job / f"{CONFIG_NAME}.yaml").read_text()) or {}).get("trainer", {})
+    shape = {"nnodes": int(trainer.get("nnodes", 1)), "n_gpus_per_node": int(trainer.get("n_gpus_per_node", 1))}
+    for item in overrides:
+        key, _, value = item.lstrip("+").partition("=")
+        if key in ("trainer.nnodes", "trainer.n_gpus_per_node") and value.strip("'\"").isdigit():
+            shape[key.split(".")[1]] = int(value.strip("'\""))
+    return shape["nnodes"], shape["n_gpus_per_node"]
+
+
+def node_gpus(address: str) -> list[int]:
+    """The GPUs of each alive node of the Ray cluster at ``address``, most first (connecting as a driver briefly)."""
+    import logging
+
+    import ray
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    try:
+        return sorted((int(n.get("Resources", {}).get("GPU", 0)) for n in ray.nodes() if n.get("Alive")),
+                      reverse=True)
+    finally:
+        ray.shutdown()
+
+
+def placement_problem(nnodes: int, gpus_per_node: int, address: str | None) -> str | None:
+    """Why veRL's trainer would wait forever for its placement groups with ``RAY_ADDRESS=address``, or None."""
+    if address is None:
+        if nnodes > 1:
+            return (f"the job spans {nnodes} nodes but {ADDRESS_ENV} is not set: veRL would start a Ray cluster of "
+                    "this machine alone and wait forever for the other nodes; submit it to the cluster with "
+                    f"submit.sh, or set {ADDRESS_ENV} to launch it from a node of the cluster")
+        return None
+    try:
+        gpus = node_gpus(address)
+    except Exception as e:  # noqa: BLE001 - Ray's connection errors vary; one line says which cluster
+        return f"cannot reach the Ray cluster at {ADDRESS_ENV}={address}: {str(e).strip().splitlines()[0]}"
+    fitting = sum(g >= gpus_per_node for g in gpus)
+    if fitting < nnodes:
+        return (f"the job asks for {nnodes} node(s) with {gpus_per_node} GPUs each (veRL places one group per node "
+                f"and waits for it forever), but the Ray cluster at {address} has {fitting} such node(s) "
+                f"(GPUs per node: {', '.join(map(str, gpus)) or 'no nodes'})")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: python -m agentbridge_verl.cluster JOB [OVERRIDES...]", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("ray") is None:
+        return 0
+    job = Path(argv[0])
+    nnodes, gpus = job_shape(job, argv[1:])
+    problem = placement_problem(nnodes, gpus, os.environ.get(ADDRESS_ENV) or None)
+    if problem is not None:
+        print(f"error: {job / 'launch.sh'}: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
