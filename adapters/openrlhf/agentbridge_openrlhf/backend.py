@@ -174,8 +174,15 @@ class OpenRLHFBackend:
         late = (f"logging.{' and logging.'.join(trackers)}: fed after OpenRLHF's trainer ends, from its TensorBoard "
                 "events, not live (launch.sh runs agentbridge_openrlhf.run_metrics; after submit.sh, run it where "
                 "OUT is)") if trackers else None
+        filtering = None
+        if values.get("algo.dynamic_filtering_enable"):
+            prompts = int(values["data.max_samples"]) * int(values["train.num_episodes"])
+            filtering = (f"algo.dynamic_filtering_enable: OpenRLHF replaces every dropped group with a new prompt and "
+                         f"stops when its {prompts} prompts are used up, so the job runs about "
+                         f"{spec.algorithm.steps} x (the share of groups kept) steps, not {spec.algorithm.steps}; "
+                         "more data (data.train.size) or more passes (train.num_episodes) give it more")
         # `agentbridge compile` prints them
-        notes = [n for n in (kit.foreign_note(self, spec, "OpenRLHF"), warm, late) if n]
+        notes = [n for n in (kit.foreign_note(self, spec, "OpenRLHF"), warm, late, filtering) if n]
         kit.write_script(out / "launch.sh", _launch_lines(spec, local), notes)
         kit.write_script(out / "submit.sh", _submit_lines(spec, local), notes)
         return kit.new_job(self, spec, out, version=__version__, pin=OPENRLHF_PIN,

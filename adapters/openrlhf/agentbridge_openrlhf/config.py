@@ -226,6 +226,8 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
             v.pop(key, None)
         else:
             v[key] = value
+    if v.get("algo.dynamic_filtering_enable") and "algo.dynamic_filtering_range" not in v:
+        v["algo.dynamic_filtering_range"] = list(reward_range(spec))  # turned on by an override: the spec's range
     return v
 
 

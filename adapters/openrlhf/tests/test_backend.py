@@ -145,3 +145,19 @@ def test_the_job_checkpoints_and_resumes_in_its_output_directory(tmp_path: Path)
                                     tmp_path / "off")
     off_argv = job_argv(off.path, model="/m")
     assert off_argv[off_argv.index("--ckpt.save_steps") + 1] == "-1"
+
+
+def test_dynamic_filtering_says_how_many_steps_it_will_run(tmp_path: Path) -> None:
+    """OpenRLHF's dynamic filtering (turned on through backend.overrides) draws a new prompt per dropped group and
+    stops when the data runs out: the job says so, with the prompts it has, instead of promising algorithm.steps."""
+    sets = [OURS, "backend.overrides={algo.dynamic_filtering_enable: true}", "algorithm.steps=10",
+            "algorithm.batch_size=8", "data.train.size=64"]
+    job = OpenRLHFBackend().compile(load_spec(CALC, sets), tmp_path / "filtered")
+    argv = job_argv(job.path, model="/m")
+    assert "--algo.dynamic_filtering_enable" in argv  # with the spec's reward range, as when dapo turns it on
+    assert argv[argv.index("--algo.dynamic_filtering_range") + 1:][:2] == ["0.0", "1.1"]
+    [note] = [n for n in job.manifest["notes"] if n.startswith("algo.dynamic_filtering_enable")]  # 64 x 2 passes
+    assert "stops when its 128 prompts are used up" in note and "about 10 x (the share of groups kept) steps" in note
+    assert f"# NOTE: {note}" in (job.path / "launch.sh").read_text()
+    plain = OpenRLHFBackend().compile(load_spec(CALC, [OURS]), tmp_path / "plain")
+    assert not [n for n in plain.manifest["notes"] if n.startswith("algo.dynamic_filtering_enable")]
