@@ -1,0 +1,1 @@
+"""TextWorld games as agentbridge environments."""
