@@ -98,6 +98,7 @@ class MiniWoBEnv(ToolEnvironment):
         self._lock: asyncio.Lock | None = None
         self._finished = False
         self._t0 = 0.0
+        self._grounding = {"gui/grounded_clicks": 0.0, "gui/grounding_hits": 0.0}  # this step's clicks on a target
 
     @property
     def pool(self) -> BrowserPool:
@@ -166,10 +167,11 @@ class MiniWoBEnv(ToolEnvironment):
     async def step(self, action: Message) -> StepResult:
         if self._fatal is not None:
             raise self._fatal
+        self._grounding = dict.fromkeys(self._grounding, 0.0)
         result = await super().step(action)
         if self._fatal is not None:  # the browser died or hung during a tool call
             raise self._fatal
-        metrics = {**result.metrics, "gui/steps": 1.0}
+        metrics = {**result.metrics, **self._grounding, "gui/steps": 1.0}
         if self._finished and self.state is not None:
             metrics.update({"gui/success": float(self.state.raw_reward > 0),
                             "gui/timeout": float(self.state.reason == "timed out"),
@@ -233,7 +235,21 @@ class MiniWoBEnv(ToolEnvironment):
         if not (0 <= x < TASK_WIDTH and 0 <= y < TASK_HEIGHT):
             raise ActionError(f"({x}, {y}) is off the screen; x must be in 0-{TASK_WIDTH - 1}, "
                               f"y in 0-{TASK_HEIGHT - 1}")
+        self._ground(x, y)
         return await self._act(page.click_xy, x, y, label=f"Clicked ({x}, {y})")
+
+    def _ground(self, x: int, y: int) -> None:
+        """Count a click against the element the task's expert would act on now (its box from the DOM), when
+        the task has an expert and its next action targets an element: the grounding reward's evidence."""
+        if self.state is None or self.task_name not in EXPERT_TASKS:
+            return
+        step = next_action(self.task_name, self.state)
+        target = self.state.by_ref().get(step[1]["ref"]) if step is not None and "ref" in step[1] else None
+        if target is None:
+            return
+        self._grounding["gui/grounded_clicks"] += 1.0
+        inside = target.left <= x < target.left + target.width and target.top <= y < target.top + target.height
+        self._grounding["gui/grounding_hits"] += float(inside)
 
     async def type_text(self, text: str, ref: int | None = None) -> Any:
         """Type text into the focused field, or into the element ``ref`` after focusing it.
@@ -298,6 +314,13 @@ class MiniWoBEnv(ToolEnvironment):
                 args = {"text": args["text"]}
         call = json.dumps({"name": name, "arguments": args})
         return f"<tool_call>\n{call}\n</tool_call>"
+
+
+def grounding_reward(trajectory: Any, task: Any) -> float:
+    """InfiGUI-G1-style grounding: the share of the episode's coordinate clicks that landed inside the box of the
+    element the task's expert would have acted on at that step (from the DOM); 0 without such clicks."""
+    clicks = trajectory.metrics.get("gui/grounded_clicks", 0.0)
+    return float(trajectory.metrics.get("gui/grounding_hits", 0.0) / clicks) if clicks else 0.0
 
 
 def task_reward(trajectory: Any, task: Any) -> float:

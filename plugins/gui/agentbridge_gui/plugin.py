@@ -1,4 +1,5 @@
-"""Registers the GUI agent with agentbridge: environment and dataset ``gui/miniwob``, reward ``gui/success``."""
+"""Registers the GUI agent with agentbridge: environment and dataset ``gui/miniwob``, rewards ``gui/success`` and
+``gui/grounding``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentbridge.hooks import hookimpl
-from agentbridge_gui.env import MiniWoBEnv, task_reward
+from agentbridge_gui.env import MiniWoBEnv, grounding_reward, task_reward
 from agentbridge_gui.tasks import miniwob_tasks
 
 
@@ -18,6 +19,7 @@ def register_environments(register: Callable[[str, Any], None]) -> None:
 @hookimpl
 def register_rewards(register: Callable[[str, Any], None]) -> None:
     register("gui/success", task_reward)
+    register("gui/grounding", grounding_reward)
 
 
 @hookimpl

@@ -217,3 +217,33 @@ def test_a_task_without_an_expert_is_a_clear_error_for_the_scripted_policy() -> 
     env = MiniWoBEnv(task="book-flight")
     with pytest.raises(ValueError, match="MiniWoB task 'book-flight' has no scripted expert \\(experts: click-test"):
         env.expert_action()
+
+
+def test_the_grounding_reward_scores_clicks_by_the_target_elements_box(pool: BrowserPool) -> None:
+    """A coordinate click counts as grounded when it lands inside the box of the element the task's expert would
+    act on (from the DOM): a miss beside the target, then the expert's own click at its centre, scores 1/2."""
+    from agentbridge.rollout.trajectory import Trajectory
+    from agentbridge_gui.env import grounding_reward
+    from agentbridge_gui.expert import next_action
+
+    async def run() -> dict[str, float]:
+        env = MiniWoBEnv(observation="screenshot", pool=pool)
+        await env.reset(task("click-button", 3))
+        assert env.state is not None
+        step = next_action("click-button", env.state)
+        assert step is not None
+        box = env.state.by_ref()[step[1]["ref"]]
+        miss = (int(box.left + box.width) + 2, int(box.top + box.height) + 2)  # just beyond its corner
+        totals: dict[str, float] = {}
+        first = await env.step(call("click_xy", x=min(miss[0], 159), y=min(miss[1], 209)))
+        for result in (first, await play_expert(env)):
+            for k, v in result.metrics.items():
+                totals[k] = totals.get(k, 0.0) + v
+        await env.close()
+        assert first.metrics["gui/grounded_clicks"] == 1.0 and first.metrics["gui/grounding_hits"] == 0.0
+        return totals
+
+    totals = asyncio.run(run())
+    assert totals["gui/grounded_clicks"] == 2.0 and totals["gui/grounding_hits"] == 1.0
+    assert grounding_reward(Trajectory(task_id="t", prompt_ids=[], metrics=totals), None) == 0.5
+    assert grounding_reward(Trajectory(task_id="t", prompt_ids=[]), None) == 0.0  # no coordinate clicks
