@@ -76,10 +76,11 @@ def test_image_flags_follow_the_model(example: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("example", "module"), [("examples/reasoning_gym.yaml", "agentbridge_reasoning_gym"),
                                                ("examples/gymnasium.yaml", "agentbridge_gymnasium"),
                                                ("examples/deepretrieval.yaml", "agentbridge_search"),
-                                               ("examples/textworld.yaml", "agentbridge_textworld")])
+                                               ("examples/textworld.yaml", "agentbridge_textworld"),
+                                               ("examples/r1_searcher.yaml", "agentbridge_search")])
 def test_bridge_examples_pass_openrlhfs_validator(example: str, module: str, tmp_path: Any) -> None:
-    """The reasoning-gym, Gymnasium and TextWorld bridges and the DeepRetrieval recipe compile for OpenRLHF
-    unchanged and pass its validator."""
+    """The reasoning-gym, Gymnasium and TextWorld bridges and the DeepRetrieval and R1-Searcher recipes
+    compile for OpenRLHF unchanged and pass its validator."""
     if importlib.util.find_spec(module) is None:
         pytest.fail(f"{module} is not installed in this environment; run bash adapters/openrlhf/test.sh",
                     pytrace=False)

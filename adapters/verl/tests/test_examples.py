@@ -109,10 +109,11 @@ def test_text_model_gets_no_image_checks(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("example", "module"), [("examples/reasoning_gym.yaml", "agentbridge_reasoning_gym"),
                                                ("examples/gymnasium.yaml", "agentbridge_gymnasium"),
                                                ("examples/deepretrieval.yaml", "agentbridge_search"),
-                                               ("examples/textworld.yaml", "agentbridge_textworld")])
+                                               ("examples/textworld.yaml", "agentbridge_textworld"),
+                                               ("examples/r1_searcher.yaml", "agentbridge_search")])
 def test_bridge_examples_pass_veRLs_validators(example: str, module: str, tmp_path: Path) -> None:
-    """The reasoning-gym, Gymnasium and TextWorld bridges and the DeepRetrieval recipe compile for veRL
-    unchanged and pass its validators."""
+    """The reasoning-gym, Gymnasium and TextWorld bridges and the DeepRetrieval and R1-Searcher recipes
+    compile for veRL unchanged and pass its validators."""
     if importlib.util.find_spec(module) is None:
         pytest.fail(f"{module} is not installed in this environment; run bash adapters/verl/test.sh", pytrace=False)
     job = compile_example(example, tmp_path / "job")

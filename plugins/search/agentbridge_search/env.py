@@ -6,9 +6,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentbridge.env import Message, StepResult, text_of
+from agentbridge.env import Message, StepResult, Task, text_of
 from agentbridge.tools import ToolEnvironment, ToolSpec, tool
-from agentbridge_search.client import HttpBackend, InProcessBackend, SearchBackend, default_url, format_results
+from agentbridge_search.client import (
+    HttpBackend,
+    InProcessBackend,
+    SearchBackend,
+    default_url,
+    format_results,
+    retrieved_ids,
+)
 
 MAX_QUERY_CHARS = 500
 SYSTEM_PROMPT = ("Answer the question by searching. Call the search tool once per fact you need, "
@@ -67,13 +74,15 @@ class SearchEnv(ToolEnvironment):
 
     Args mirror the spec's ``environment.args``: ``retriever`` (bm25 | bm25s | dense), ``topk``, ``url`` (a Search-R1
     server, or several comma-separated replicas; default in-process), ``http_timeout_s``, ``world_seed`` and
-    ``world`` (extra ``build_world`` arguments; must match the data's).
+    ``world`` (extra ``build_world`` arguments; must match the data's). ``support_reward``: the step reward a turn
+    earns for each supporting passage its searches retrieve for the first time in the episode (a per-search process
+    reward, as R1-Searcher's retrieval reward; 0 = none).
     """
 
     def __init__(self, tools: Sequence[ToolSpec] | None = None, retriever: str = "bm25", topk: int = 3,
                  url: str | None = None, http_timeout_s: float = 5.0, world_seed: int = 0,
                  world: dict[str, Any] | None = None, timeout_s: float = 10.0, max_output_chars: int = 2000,
-                 backend: SearchBackend | None = None) -> None:
+                 backend: SearchBackend | None = None, support_reward: float = 0.0) -> None:
         if not isinstance(topk, int) or not 1 <= topk <= 50:
             raise ValueError(f"environment.args.topk: must be an integer from 1 to 50, got {topk!r}")
         self._owns_backend = backend is None
@@ -81,12 +90,24 @@ class SearchEnv(ToolEnvironment):
         own = search_tool(self.backend, topk)
         others = [t for t in (tools or []) if getattr(t, "name", None) != "search"]
         super().__init__([own, *others], timeout_s=timeout_s, max_output_chars=max_output_chars)
+        self.support_reward = float(support_reward)
+        self._found: set[str] = set()
+
+    async def reset(self, task: Task) -> list[Message]:
+        self._found = set()
+        return await super().reset(task)
 
     async def step(self, action: Message) -> StepResult:
         result = await super().step(action)
         if not result.done:
             result.metrics["search/queries"] = float(sum(c["function"].get("name") == "search"
                                                          for c in action.get("tool_calls") or []))
+            support = set(self.task.data.get("support") or []) if self.task is not None else set()
+            new = {i for m in result.observation if m.get("role") == "tool" and m.get("name") == "search"
+                   for i in retrieved_ids(text_of(m))} & support - self._found
+            self._found |= new
+            result.metrics["search/new_support"] = float(len(new))
+            result.reward += self.support_reward * len(new)
         return result
 
     def expert_action(self) -> str:
