@@ -40,6 +40,23 @@ from agentbridge.spec import Spec, SpecError, load_spec, spec_hash
 SCRIPT_HEAD = ("#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"')
 
 
+def ray_cluster_nodes(address: str) -> list[dict[str, float]]:
+    """The resources of each alive node of the Ray cluster at ``address``, connecting as a driver briefly and
+    quietly: what a backend's check before launch measures the job's placement groups against."""
+    import logging
+    import warnings
+
+    import ray
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    try:
+        return [dict(n.get("Resources", {})) for n in ray.nodes() if n.get("Alive")]
+    finally:
+        ray.shutdown()
+
+
 def write_script(path: Path, lines: Iterable[str], notes: Iterable[str] = ()) -> None:
     """An executable bash script: strict mode, ``$JOB`` (the script's directory), one ``# NOTE:`` line per note,
     then ``lines``."""

@@ -15,10 +15,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
+from agentbridge.adapter_kit import ray_cluster_nodes
 from agentbridge_openrlhf.config import describe_demand, gpu_demand
 
 ADDRESS_ENV = "RAY_ADDRESS"  # where ray.init() (OpenRLHF's too) connects; Ray sets it for a Ray job's entrypoint
@@ -35,18 +35,8 @@ def local_gpus() -> int:
 
 
 def cluster_gpus(address: str) -> int:
-    """The GPUs of the Ray cluster at ``address`` (``ray.cluster_resources()``), connecting as a driver briefly."""
-    import logging
-
-    import ray
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-    try:
-        return int(ray.cluster_resources().get("GPU", 0))
-    finally:
-        ray.shutdown()
+    """The GPUs of the Ray cluster at ``address`` (its alive nodes'), connecting as a driver briefly."""
+    return int(sum(node.get("GPU", 0) for node in ray_cluster_nodes(address)))
 
 
 def placement_problem(args: Any, address: str | None) -> str | None:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import warnings
 from pathlib import Path
 
 import yaml
 
+from agentbridge.adapter_kit import ray_cluster_nodes
 from agentbridge_verl.config import CONFIG_NAME
 
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -40,18 +40,7 @@ def job_shape(job: Path, overrides: list[str]) -> tuple[int, int]:
 
 def node_gpus(address: str) -> list[int]:
     """The GPUs of each alive node of the Ray cluster at ``address``, most first (connecting as a driver briefly)."""
-    import logging
-
-    import ray
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-    try:
-        return sorted((int(n.get("Resources", {}).get("GPU", 0)) for n in ray.nodes() if n.get("Alive")),
-                      reverse=True)
-    finally:
-        ray.shutdown()
+    return sorted((int(node.get("GPU", 0)) for node in ray_cluster_nodes(address)), reverse=True)
 
 
 def placement_problem(nnodes: int, gpus_per_node: int, address: str | None) -> str | None:

@@ -68,6 +68,20 @@ def reusable(kind: str, path: Path) -> bool:
     return use_cache_entry(f"search/{kind}-index", path)
 
 
+def _publish(kind: str, built: Path, path: Path) -> None:
+    """Move the index just built in ``built`` to its cache entry ``path`` (a stale entry is replaced; when another
+    process saved the same index first, its copy is kept and this one dropped)."""
+    from agentbridge.models import mark_built
+
+    mark_built(built)
+    if not reusable(kind, path):  # a --no-cache rebuild replaces the old entry
+        shutil.rmtree(path, ignore_errors=True)
+    try:
+        built.replace(path)
+    except OSError:  # another process saved it first
+        shutil.rmtree(built, ignore_errors=True)
+
+
 def _doc(p: Passage) -> str:
     return f"{p.title}. {p.text}"
 
@@ -104,15 +118,7 @@ class TantivyRetriever:
             target = path.with_name(f"{path.name}.tmp{os.getpid()}") if cache else None
             self.index = self._build(target)
             if target is not None:
-                from agentbridge.models import mark_built
-
-                mark_built(target)
-                if not reusable("bm25", path):  # a --no-cache rebuild replaces the old entry
-                    shutil.rmtree(path, ignore_errors=True)
-                try:
-                    target.replace(path)
-                except OSError:  # another process saved it first
-                    shutil.rmtree(target, ignore_errors=True)
+                _publish("bm25", target, path)
                 self.index = tantivy.Index.open(str(path))
         self.index.register_tokenizer(self.ANALYZER, self.analyzer)
         self.schema = self.index.schema
@@ -171,17 +177,9 @@ class BM25Retriever:
             self.model = bm25s.BM25()
             self.model.index(tokens, show_progress=False)
             if cache:
-                from agentbridge.models import mark_built
-
                 tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
                 self.model.save(str(tmp))
-                mark_built(tmp)
-                if not reusable("bm25s", path):  # a --no-cache rebuild replaces the old entry
-                    shutil.rmtree(path, ignore_errors=True)
-                try:
-                    tmp.replace(path)
-                except OSError:  # another process saved it first
-                    shutil.rmtree(tmp, ignore_errors=True)
+                _publish("bm25s", tmp, path)
 
     def search(self, queries: Sequence[str], topk: int) -> Hits:
         if not queries:

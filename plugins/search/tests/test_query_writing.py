@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from small_world import SMALL
+from small_world import SMALL, SMALL_SETS
 
 from agentbridge.models import load_tokenizer
 from agentbridge.rollout.agent import Agent
@@ -21,8 +21,6 @@ from agentbridge_search.query_writing import QueryEnv, query_ndcg, query_recall,
 
 TOKENIZER = load_tokenizer("builtin:tiny")
 SPEC = "examples/deepretrieval.yaml"
-SMALL_SETS = [f"{where}.world.{k}={v}" for where in ("environment.args", "data.train.args", "data.eval.args")
-              for k, v in SMALL.items()]
 
 
 def agent(*sets: str) -> Agent:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from small_world import SMALL
+from small_world import SMALL_SETS
 
 from agentbridge.models import load_tokenizer
 from agentbridge.rewards import PROCESS
@@ -19,8 +19,6 @@ from agentbridge.testing import short_training_run
 
 TOKENIZER = load_tokenizer("builtin:tiny")
 SPEC = "examples/r1_searcher.yaml"
-SMALL_SETS = [f"{where}.world.{k}={v}" for where in ("environment.args", "data.train.args", "data.eval.args")
-              for k, v in SMALL.items()]
 
 
 def agent(*sets: str) -> Agent:

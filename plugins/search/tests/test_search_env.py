@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from serving import free_port, serving
-from small_world import SMALL
+from small_world import SMALL, SMALL_SETS
 
 from agentbridge.models import load_tokenizer
 from agentbridge.rollout.agent import Agent
@@ -25,8 +25,6 @@ from agentbridge_search.rewards import answer_format, exact_match, token_f1
 from agentbridge_search.server import create_app
 
 TOKENIZER = load_tokenizer("builtin:tiny")
-SMALL_SETS = [f"{where}.world.{k}={v}" for where in ("environment.args", "data.train.args", "data.eval.args")
-              for k, v in SMALL.items()]
 
 
 def agent(*sets: str) -> Agent:
