@@ -473,12 +473,16 @@ def ray_job_submitted(submit: Any, tmp: Any, env: Mapping[str, str] | None = Non
     return runtime_env, argv[cut + 1:]
 
 
-def ray_driver_env(job_runtime_env: dict[str, Any]) -> dict[str, str]:
-    """The environment Ray's job supervisor gives the Job's driver: the Job's ``env_vars`` and its job config."""
+def ray_driver_env(job_runtime_env: dict[str, Any], address: str | None = None) -> dict[str, str]:
+    """The environment Ray's job supervisor gives the Job's driver: the Job's ``env_vars``, its job config and, when
+    ``address`` (the cluster's GCS address) is given, ``RAY_ADDRESS``."""
     import os
 
-    return {**os.environ, **job_runtime_env.get("env_vars", {}),
-            RAY_JOB_CONFIG_ENV: json.dumps({"runtime_env": job_runtime_env})}
+    env = {**os.environ, **job_runtime_env.get("env_vars", {}),
+           RAY_JOB_CONFIG_ENV: json.dumps({"runtime_env": job_runtime_env})}
+    if address is not None:
+        env["RAY_ADDRESS"] = address
+    return env
 
 
 def merge_as_ray_init(job_runtime_env: dict[str, Any], init_runtime_env: dict[str, Any] | None) -> dict[str, Any]:

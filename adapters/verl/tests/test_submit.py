@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import compile_job
@@ -19,9 +20,10 @@ PROBE = Path(__file__).with_name("ray_init_probe.py")
 NO_PHASES = {"AGENTBRIDGE_PHASES": "off"}  # launch.sh up to the trainer's start only
 
 
-def test_submitted_job_runtime_env_merges_with_main_ppos_ray_init(tmp_path: Path) -> None:
+def test_submitted_job_runtime_env_merges_with_main_ppos_ray_init(tmp_path: Path, gpu_cluster: Any) -> None:
     """veRL's main_ppo always passes ``runtime_env.py_executable`` (null by default) to ``ray.init``; Ray refuses
-    a Job whose runtime env shares a key with it, so the interpreter travels as main_ppo's own setting."""
+    a Job whose runtime env shares a key with it, so the interpreter travels as main_ppo's own setting. The
+    entrypoint runs where Ray's job supervisor runs it, joined to a 2x8 cluster (its check before launch passes)."""
     job = compile_job(tmp_path / "job", "resources.nodes=2", "resources.gpus_per_node=8", "algorithm.batch_size=16")
     python = tmp_path / "python"  # what PYTHON names on the cluster: here it runs main_ppo up to ray.init
     python.write_text(f"#!/bin/sh\nexec {sys.executable} {PROBE} \"$@\"\n")
@@ -31,8 +33,8 @@ def test_submitted_job_runtime_env_merges_with_main_ppos_ray_init(tmp_path: Path
                                             {"PYTHON": str(python), "RUN_DIR": str(shared)})
     assert job_env["working_dir"] == str(job.path) and job_env["env_vars"]["AGENTBRIDGE_JOB"] == "job"
     assert f"RUN_DIR={shared}" in entrypoint  # launch.sh writes checkpoints there, not in the working_dir copy
-    res = subprocess.run(entrypoint, cwd=job.path, env=ray_driver_env(job_env) | NO_PHASES, capture_output=True,
-                         text=True, timeout=300)
+    driver_env = ray_driver_env(job_env, gpu_cluster.address) | NO_PHASES
+    res = subprocess.run(entrypoint, cwd=job.path, env=driver_env, capture_output=True, text=True, timeout=300)
     lines = [line for line in res.stdout.splitlines() if line.startswith("RAY_INIT ")]
     assert res.returncode == 0 and lines, res.stderr[-3000:]
     init_env = json.loads(lines[-1].removeprefix("RAY_INIT "))["runtime_env"]
