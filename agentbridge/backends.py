@@ -30,6 +30,7 @@ class Capabilities:
     async_rollout: bool = False
     scale_out: str = ""
     cpu_training: bool = False  # whether a job can train on a machine without GPUs
+    turn_credit: bool = False  # whether its training batch takes per-token rewards (``algorithm.credit: turn``)
     notes: list[str] = field(default_factory=list)
 
 
@@ -117,13 +118,15 @@ FIRST_PARTY_ALGORITHMS: dict[str, list[str]] = {
     "verl": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
     "openrlhf": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
 }
+FIRST_PARTY_TURN_CREDIT = ("verl",)  # first-party backends whose training batch takes per-token rewards
 
 
 def known_capabilities() -> dict[str, Capabilities]:
     """Capabilities of every backend agentbridge knows: installed ones, then first-party ones."""
     from agentbridge.plugins import get_plugins
 
-    known = {name: Capabilities(algorithms=algos) for name, algos in FIRST_PARTY_ALGORITHMS.items()}
+    known = {name: Capabilities(algorithms=algos, turn_credit=name in FIRST_PARTY_TURN_CREDIT)
+             for name, algos in FIRST_PARTY_ALGORITHMS.items()}
     for name in get_plugins().backends.ids():
         known[name] = get_plugins().backends.get(name).capabilities()
     return known
@@ -196,6 +199,11 @@ def compile_job(spec: Spec, backend: Backend, out: Path | None = None, *, source
     job.spec = spec
     if job.manifest.get("chat_template_hash") is None:
         job.manifest["chat_template_hash"] = spec_chat_template_hash(spec)
+    if spec.algorithm.credit == "turn" and not backend.capabilities().turn_credit:
+        job.manifest.setdefault("notes", []).append(
+            f"algorithm.credit: turn: {backend.name} trains on one reward per episode, so each episode's per-turn "
+            "rewards are summed into it (placed on its last token); the backends that place them on the turns: "
+            + (", ".join(n for n, c in known_capabilities().items() if c.turn_credit) or "none installed"))
     job.manifest.setdefault("algorithm_differences",
                             difference_lines(backend, spec.algorithm.name, spec.algorithm.kl_coef))
     job.write_manifest()

@@ -6,6 +6,7 @@ the driver, so every backend receives the same numbers.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 from collections.abc import Awaitable, Callable
@@ -66,6 +67,7 @@ class WeightedReward:
     fn: RewardFn
     weight: float = 1.0
     args: dict[str, Any] | None = None
+    per: str = "episode"  # episode | turn (a process reward: scores each assistant turn)
 
 
 class RewardSet:
@@ -81,23 +83,28 @@ class RewardSet:
     async def score(self, trajectory: Trajectory, task: Task) -> tuple[dict[str, float], list[str]]:
         """Unweighted components by id (``id/key`` for dict-valued rewards) and the errors met.
 
-        A reward function that raises scores 0 for its component and reports the error; it never
-        fails the episode.
+        A ``per: turn`` reward scores each turn on :meth:`Trajectory.through_turn` (all turns at once, so a batched
+        reward model sees them together); its scores are kept on the turns (``Turn.scores``) and its component is
+        their sum. A reward function that raises scores 0 for its component (or that turn) and reports the error;
+        it never fails the episode.
         """
         components: dict[str, float] = {}
         errors: list[str] = []
         for item in self.items:
-            try:
-                value = item.fn(trajectory, task, **(item.args or {}))
-                if inspect.isawaitable(value):
-                    value = await value
-                if isinstance(value, dict):
-                    components.update({f"{item.id}/{k}": float(v) for k, v in value.items()})
-                else:
-                    components[item.id] = float(value)
-            except Exception as e:  # noqa: BLE001 - one broken reward must not crash the batch
-                components[item.id] = 0.0
-                errors.append(f"reward {item.id}: {type(e).__name__}: {e}")
+            if item.per == "episode":
+                components.update(await _component(item, trajectory, task, errors, ""))
+        turn_items = [item for item in self.items if item.per == "turn"]
+        if turn_items:
+            views = [trajectory.through_turn(i) for i in range(len(trajectory.turns))]
+            per_turn = await asyncio.gather(*(_component(item, view, task, errors, f" (turn {i + 1})")
+                                              for i, view in enumerate(views) for item in turn_items))
+            for i, turn in enumerate(trajectory.turns):
+                for values in per_turn[i * len(turn_items):(i + 1) * len(turn_items)]:
+                    turn.scores.update(values)
+            for item in turn_items:  # the component exists even for an episode without turns
+                names = {n for t in trajectory.turns for n in t.scores if n == item.id or n.startswith(f"{item.id}/")}
+                for name in sorted(names) or [item.id]:
+                    components[name] = sum(t.scores.get(name, 0.0) for t in trajectory.turns)
         return components, errors
 
     def total(self, components: dict[str, float]) -> float:
@@ -107,3 +114,18 @@ class RewardSet:
             base = name if name in self.weights or name == PROCESS else name.rsplit("/", 1)[0]
             total += self.weights.get(base, 1.0) * value
         return total
+
+
+async def _component(item: WeightedReward, trajectory: Trajectory, task: Task, errors: list[str],
+                     where: str) -> dict[str, float]:
+    """One reward's value(s) on ``trajectory`` by component name; 0 and an error line when it raises."""
+    try:
+        value = item.fn(trajectory, task, **(item.args or {}))
+        if inspect.isawaitable(value):
+            value = await value
+        if isinstance(value, dict):
+            return {f"{item.id}/{k}": float(v) for k, v in value.items()}
+        return {item.id: float(value)}
+    except Exception as e:  # noqa: BLE001 - one broken reward must not crash the batch
+        errors.append(f"reward {item.id}{where}: {type(e).__name__}: {e}")
+        return {item.id: 0.0}

@@ -19,9 +19,9 @@ JOB = "backend.options.is_correction=token"
 
 def _ref() -> list[EpisodeRecord]:
     return [EpisodeRecord(case="tools", prompt_ids=[1, 2], response_ids=[3, 4, 5], response_mask=[1, 0, 1],
-                          logprobs=[-0.5, 0.0, -0.25], reward=1.5),
+                          logprobs=[-0.5, 0.0, -0.25], reward=1.5, token_rewards=[0.0, 0.0, 1.5]),
             EpisodeRecord(case="early_error", prompt_ids=[1, 9], response_ids=[7], response_mask=[0],
-                          logprobs=[0.0], reward=0.0)]
+                          logprobs=[0.0], reward=0.0, token_rewards=[0.0])]
 
 
 def _no_logprobs(records: list[EpisodeRecord], **changes: Any) -> list[EpisodeRecord]:

@@ -11,10 +11,13 @@ empty-episode fallback: one EOS with loss mask 0); a reward function that raises
 ``max_turns``; and, for a vision-language model, an image in the prompt plus a
 screenshot returned by a tool.
 
-Kinds (``KINDS``): ``text`` and ``vlm``, each backend's job compiled from the golden spec as a user's would be; and
+Kinds (``KINDS``): ``text`` and ``vlm``, each backend's job compiled from the golden spec as a user's would be;
 ``lengths``, the text cases under a job whose own sequence lengths (:data:`BACKEND_LENGTHS`, set in each backend's
 own way) are below the spec's budgets: every backend must cut the episodes by the one budget rule
-(:func:`agentbridge.rollout.agent_edge.fit_limits`), the one the driver's reference applies.
+(:func:`agentbridge.rollout.agent_edge.fit_limits`), the one the driver's reference applies; and ``credit``, the
+text cases with turn-level credit (:data:`KIND_SETS`: ``algorithm.credit: turn`` and a per-turn reward paying each
+tool-calling turn): each backend's training batch must hold every turn's process reward on the turn's last token
+where it takes per-token rewards (``Capabilities.turn_credit``), and the episode's sum on its last token where not.
 
 The golden environment, tools, dataset and reward are a plugin that is not registered by default:
 :func:`enable_golden` (called by :func:`agentbridge.conformance.golden_spec` and the suite) opts a process in.
@@ -34,8 +37,13 @@ from agentbridge.plugins import enable_plugin
 from agentbridge.rollout.trajectory import Generation, SamplingParams
 from agentbridge.tools import ToolEnvironment
 
-TEXT, VLM, LENGTHS = "text", "vlm", "lengths"
-KINDS = (TEXT, VLM, LENGTHS)
+TEXT, VLM, LENGTHS, CREDIT = "text", "vlm", "lengths", "credit"
+KINDS = (TEXT, VLM, LENGTHS, CREDIT)
+# the overrides that make a kind's golden spec from its file (the lengths and credit kinds use the text spec)
+KIND_SETS: dict[str, list[str]] = {CREDIT: [
+    "algorithm.credit=turn",
+    "reward=[{id: core/exact_answer, weight: 1.0}, {id: core/format, weight: 0.1}, "
+    "{id: conformance/fragile, weight: 0.5}, {id: conformance/tool_turn, weight: 0.5, per: turn}]"]}
 # The lengths kind: each backend's job keeps at most this many prompt and response tokens (prompt + response for a
 # backend with one length), set with the backend's own settings; the golden spec's budgets are 512 and 256.
 BACKEND_LENGTHS = {"max_prompt": 512, "max_response": 96}
@@ -75,7 +83,7 @@ FAILURES: dict[str, str] = {"early_error": "reset", "reward_error": "reward"}
 
 def cases(kind: str) -> list[str]:
     """The case names of one kind, in a fixed order (the ``lengths`` kind runs the text cases)."""
-    episodes = TEXT if kind == LENGTHS else kind
+    episodes = TEXT if kind in (LENGTHS, CREDIT) else kind
     return [name for name, (k, *_) in CASES.items() if k == episodes]
 
 
@@ -141,6 +149,11 @@ def fragile_reward(trajectory: Any, task: Task) -> float:
     return 1.0
 
 
+def tool_turn_reward(trajectory: Any, task: Task) -> float:
+    """The golden per-turn reward (``per: turn``): 1 for a turn that called a tool, 0 otherwise."""
+    return float(bool(trajectory.turns and trajectory.turns[-1].tool_calls))
+
+
 def logprob(token: int, position: int) -> float:
     """The golden log-prob of a token at a position within its turn: fixed, distinct, in (-1, 0)."""
     return -((token * 7 + position * 13) % 97 + 1) / 100.0
@@ -179,11 +192,11 @@ class GoldenPolicy:
 
 
 def golden_spec_path(kind: str) -> Any:
-    """The golden spec file of one kind (a ``Traversable`` inside the agentbridge package; the ``lengths`` kind
-    uses the text spec: only the backend's job differs)."""
+    """The golden spec file of one kind (a ``Traversable`` inside the agentbridge package; the ``lengths`` and
+    ``credit`` kinds use the text spec, the latter with :data:`KIND_SETS`)."""
     if kind not in KINDS:
         raise ValueError(f"conformance kind must be one of {', '.join(KINDS)}, not '{kind}'")
-    return resources.files("agentbridge.conformance") / f"golden_{TEXT if kind == LENGTHS else kind}.yaml"
+    return resources.files("agentbridge.conformance") / f"golden_{TEXT if kind in (LENGTHS, CREDIT) else kind}.yaml"
 
 
 def enable_golden() -> None:
@@ -205,6 +218,7 @@ def register_tools(register: Callable[[Any], None]) -> None:
 @hookimpl
 def register_rewards(register: Callable[[str, Any], None]) -> None:
     register("conformance/fragile", fragile_reward)
+    register("conformance/tool_turn", tool_turn_reward)
 
 
 @hookimpl

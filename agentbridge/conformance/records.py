@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-FIELDS = ("prompt_ids", "response_ids", "response_mask", "logprobs", "reward", "images")
+FIELDS = ("prompt_ids", "response_ids", "response_mask", "logprobs", "reward", "token_rewards", "images")
 LOGPROB_TOLERANCE = 1e-5  # log-probs may pass through float32 tensors
 REWARD_TOLERANCE = 1e-5
 
@@ -21,6 +21,9 @@ class EpisodeRecord:
     log-probs in the actor and keeps no rollout log-probs); the comparison reports a field not held as a note
     naming backend and field, never as conforming and never as a difference.
     ``images`` are digests of every image the model saw, in order (:func:`image_digest`).
+    ``token_rewards``: the reward on each response token as the backend's training batch holds it before any KL
+    term (where its returns and advantages read it), or None for a backend that keeps one reward per episode and
+    no per-token rewards (TRL).
     ``job``: empty for a record of the backend's default job (the one its ``conformance`` compiles the golden spec
     into, as a user's job would be: OpenRLHF's with its default options); otherwise the settings of the other job
     it was read from (``--set`` overrides, e.g. ``backend.options.is_correction=token``). Such a record checks
@@ -35,6 +38,7 @@ class EpisodeRecord:
     reward: float
     images: list[str] = field(default_factory=list)
     job: str = ""
+    token_rewards: list[float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,7 +50,9 @@ class EpisodeRecord:
                    response_ids=[int(x) for x in d["response_ids"]],
                    response_mask=[int(x) for x in d["response_mask"]],
                    logprobs=None if lps is None else [float(x) for x in lps], reward=float(d["reward"]),
-                   images=[str(x) for x in d.get("images", [])], job=str(d.get("job", "")))
+                   images=[str(x) for x in d.get("images", [])], job=str(d.get("job", "")),
+                   token_rewards=None if d.get("token_rewards") is None
+                   else [float(x) for x in d["token_rewards"]])
 
 
 def image_digest(image: Any) -> str:
@@ -57,12 +63,16 @@ def image_digest(image: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def record_of(trajectory: Any, case: str | None = None) -> EpisodeRecord:
-    """The record of a driver trajectory (the reference every backend is compared with)."""
+def record_of(trajectory: Any, case: str | None = None, credit: str = "episode") -> EpisodeRecord:
+    """The record of a driver trajectory (the reference every backend is compared with), its rewards placed on
+    the tokens by ``credit`` (:func:`agentbridge.rollout.training.token_rewards`)."""
+    from agentbridge.rollout.training import token_rewards
+
     return EpisodeRecord(case=case or trajectory.task_id, prompt_ids=list(trajectory.prompt_ids),
                          response_ids=list(trajectory.response_ids), response_mask=list(trajectory.response_mask),
                          logprobs=[float(x) for x in trajectory.logprobs], reward=float(trajectory.reward),
-                         images=[image_digest(im) for im in trajectory.images])
+                         images=[image_digest(im) for im in trajectory.images],
+                         token_rewards=token_rewards(trajectory, credit))
 
 
 def _first_difference(want: list[Any], got: list[Any], close: float | None = None) -> str | None:
@@ -96,7 +106,8 @@ def compare_record(want: EpisodeRecord, got: EpisodeRecord,
             if not math.isclose(w, g, abs_tol=REWARD_TOLERANCE):
                 out.append((name, f"is {g:g}, the driver's is {w:g}"))
             continue
-        diff = _first_difference(w, g, close=LOGPROB_TOLERANCE if name == "logprobs" else None)
+        close = {"logprobs": LOGPROB_TOLERANCE, "token_rewards": REWARD_TOLERANCE}.get(name)
+        diff = _first_difference(w, g, close=close)
         if diff:
             out.append((name, diff))
     return out

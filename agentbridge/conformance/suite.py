@@ -26,6 +26,7 @@ from typing import Any
 
 from agentbridge.conformance.golden import (
     BACKEND_LENGTHS,
+    KIND_SETS,
     KINDS,
     LENGTHS,
     VLM,
@@ -74,14 +75,15 @@ def golden_spec(kind: str, sets: list[str] | None = None) -> Spec:
     plugin (:func:`~agentbridge.conformance.golden.enable_golden`), which its ids need."""
     enable_golden()
     path = golden_spec_path(kind)
-    return load_spec(str(path), sets or [])
+    return load_spec(str(path), [*KIND_SETS.get(kind, []), *(sets or [])])
 
 
-def reference_records(kind: str) -> list[EpisodeRecord]:
+def reference_records(kind: str, turn_credit: bool = True) -> list[EpisodeRecord]:
     """The golden episodes run by agentbridge's driver alone, as every backend must train on them (an empty
     episode as the core's fallback sample, :func:`agentbridge.rollout.training.training_sequence`). For the
     ``lengths`` kind the driver's budgets are cut to :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS` by
-    the one budget rule (:func:`~agentbridge.rollout.agent_edge.fit_limits`)."""
+    the one budget rule (:func:`~agentbridge.rollout.agent_edge.fit_limits`). Rewards sit on the tokens by the
+    spec's ``algorithm.credit``, or on each episode's last token for a backend without ``turn_credit``."""
     from agentbridge.rollout.agent import Agent
     from agentbridge.rollout.agent_edge import fit_limits
     from agentbridge.rollout.training import task_prompt_ids, training_sequence
@@ -95,7 +97,8 @@ def reference_records(kind: str) -> list[EpisodeRecord]:
     for task, traj in zip(tasks, trajectories, strict=True):
         seq = training_sequence(traj, agent.renderer.eos_token_id,
                                 task_prompt_ids(agent.renderer, task, agent.spec.agent.system_prompt))
-        records.append(replace(record_of(traj), prompt_ids=seq.prompt_ids, response_ids=seq.response_ids,
+        credit = agent.spec.algorithm.credit if turn_credit else "episode"
+        records.append(replace(record_of(traj, credit=credit), prompt_ids=seq.prompt_ids, response_ids=seq.response_ids,
                                response_mask=seq.response_mask, logprobs=seq.logprobs))
     return records
 
@@ -156,6 +159,10 @@ def run_suite(name: str, kinds: tuple[str, ...] = KINDS, workdir: Path | None = 
             except ConformanceError as e:
                 result.problems = [str(e)]
                 continue
-        result.problems = compare(reference_records(kind), result.records, name, samples=samples)
+        turn_credit = backend.capabilities().turn_credit
+        result.problems = compare(reference_records(kind, turn_credit), result.records, name, samples=samples)
         result.notes = notes(result.records, name)
+        if spec.algorithm.credit == "turn" and not turn_credit:
+            result.notes.append(f"{name}: algorithm.credit turn: per-turn rewards checked summed on each episode's "
+                                "last token (the backend trains on one reward per episode)")
     return results

@@ -100,7 +100,7 @@ class Agent:
         self.env_factory = self.plugins.environments.get(spec.environment.id)
         self.tools = [self.plugins.tools.get(t) for t in spec.tools]
         self.parser = self.plugins.tool_parsers.get(spec.model.tool_call_format)
-        self.rewards = RewardSet([WeightedReward(r.id, self.plugins.rewards.get(r.id), r.weight, r.args or None)
+        self.rewards = RewardSet([WeightedReward(r.id, self.plugins.rewards.get(r.id), r.weight, r.args or None, r.per)
                                   for r in spec.reward])
         a = spec.agent
         self.limits = Limits(max_turns=a.max_turns, max_prompt_tokens=a.max_prompt_tokens,

@@ -78,7 +78,7 @@ async def run_episode(policy: Policy, env: Environment, task: Task, renderer: Re
             action, parsed = assistant_action(text, parser)
             metrics["tools/parse_errors"] += len(parsed.errors)
             turn = Turn(text=text, tool_calls=[dict(c) for c in parsed.tool_calls], generated_tokens=len(ids),
-                        generate_s=gen_s)
+                        generate_s=gen_s, end=len(traj.response_ids) - 1, message_index=len(messages))
             traj.turns.append(turn)
             messages.append(action)
             metrics["time/generate_s"] += gen_s
@@ -126,9 +126,13 @@ async def run_episode(policy: Policy, env: Environment, task: Task, renderer: Re
 
 
 async def _score(traj: Trajectory, task: Task, rewards: RewardSet | None, process_reward: float) -> None:
+    """The episode's reward components and weighted total, and each turn's weighted process reward
+    (``Turn.credit``: its step reward plus its ``per: turn`` rewards; 0 in an ``error`` episode)."""
     if rewards is None:
         traj.reward_components = {PROCESS: process_reward}
         traj.reward = process_reward
+        for turn in traj.turns:
+            turn.credit = turn.reward
         return
     if traj.finish_reason == "error":
         components = {item.id: 0.0 for item in rewards.items}
@@ -140,6 +144,8 @@ async def _score(traj: Trajectory, task: Task, rewards: RewardSet | None, proces
     components[PROCESS] = process_reward if traj.finish_reason != "error" else 0.0
     traj.reward_components = components
     traj.reward = rewards.total(components)
+    for turn in traj.turns:
+        turn.credit = 0.0 if traj.finish_reason == "error" else rewards.total({PROCESS: turn.reward, **turn.scores})
 
 
 async def run_episodes(tasks: Sequence[Task], make_env: Callable[[Task], Environment],

@@ -60,3 +60,22 @@ def episode_sample(traj: Trajectory, task: Any, renderer: Any, system_prompt: st
     prompt (:func:`task_prompt_ids`) rendered only for an episode that rendered none. Every adapter calls this."""
     fallback = task_prompt_ids(renderer, task, system_prompt) if not traj.prompt_ids and task is not None else ()
     return training_sequence(traj, renderer.eos_token_id, fallback)
+
+
+def token_rewards(traj: Trajectory, credit: str = "episode") -> list[float]:
+    """The reward on each token of ``traj``'s training response (:func:`training_sequence`), summing to
+    ``traj.reward``.
+
+    ``episode`` credit: all of it on the last token. ``turn`` credit (``algorithm.credit``): each turn's process
+    reward (``Turn.credit``) on the turn's last generated token, the rest (the outcome) on the last token — what a
+    backend that trains on per-token rewards receives, so returns and advantages see where the credit was earned.
+    """
+    out = [0.0] * max(len(traj.response_ids), 1)
+    rest = float(traj.reward)
+    if credit == "turn" and traj.response_ids:
+        for turn in traj.turns:
+            if turn.credit and 0 <= turn.end < len(out):
+                out[turn.end] += turn.credit
+                rest -= turn.credit
+    out[-1] += rest
+    return out

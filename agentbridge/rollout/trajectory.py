@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from agentbridge.env import Message
@@ -40,10 +40,18 @@ class Limits:
 
 @dataclass
 class Turn:
+    """One assistant turn. ``reward`` is the environment's step reward; ``scores`` the per-turn rewards
+    (``per: turn``, unweighted); ``credit`` the turn's weighted process reward (both together), which a backend
+    with per-token rewards places on ``end``, the response position of the turn's last generated token."""
+
     text: str
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     observations: list[Message] = field(default_factory=list)
     reward: float = 0.0
+    scores: dict[str, float] = field(default_factory=dict)
+    credit: float = 0.0
+    end: int = -1
+    message_index: int = -1
     generated_tokens: int = 0
     observation_tokens: int = 0
     generate_s: float = 0.0
@@ -72,6 +80,17 @@ class Trajectory:
     def final_text(self) -> str:
         """Text of the last policy turn (where answers live)."""
         return self.turns[-1].text if self.turns else ""
+
+    def through_turn(self, index: int) -> Trajectory:
+        """The episode as it stood after turn ``index`` and the environment's answer to it (what a per-turn
+        reward scores): its turns, messages and tokens up to there."""
+        turn = self.turns[index]
+        end = turn.end + 1 if turn.end >= 0 else 0
+        messages = self.messages[: turn.message_index + 1] + list(turn.observations) if turn.message_index >= 0 \
+            else list(self.messages)
+        return replace(self, turns=self.turns[: index + 1], messages=messages, response_ids=self.response_ids[:end],
+                       response_mask=self.response_mask[:end], logprobs=self.logprobs[:end],
+                       metrics=dict(self.metrics), reward_components={})
 
     def to_dict(self, *, tokens: bool = True) -> dict[str, Any]:
         """JSON-friendly form. Images become a count; messages are dropped (turns keep the text)."""

@@ -53,6 +53,9 @@ class RewardSpec(_Strict):
     id: str
     weight: float = Field(1.0, allow_inf_nan=False, description="A finite number (not .nan or .inf)")
     args: dict[str, Any] = Field(default_factory=dict)
+    per: Literal["episode", "turn"] = Field(
+        "episode", description="episode: scores the whole episode once; turn: a process reward, scoring each "
+        "assistant turn (the episode up to that turn and what the environment answered it)")
 
 
 class DatasetSpec(_Strict):
@@ -111,6 +114,10 @@ class AlgorithmSpec(_Strict):
     steps: PositiveInt = 200
     warmup_steps: int = Field(0, ge=0)
     warm_start: WarmStartSpec | None = None
+    credit: Literal["episode", "turn"] = Field(
+        "episode", description="episode: the episode's reward on its last token; turn: each turn's process reward "
+        "(the environment's step reward and per-turn rewards) on the turn's last token, the rest on the last token, "
+        "where the backend trains on per-token rewards (summed into one per episode where it does not, with a note)")
 
 
 class ResourcesSpec(_Strict):

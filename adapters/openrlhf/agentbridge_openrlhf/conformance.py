@@ -34,6 +34,9 @@ length ``n``):
 - ``logprobs``: ``rollout_log_probs[first:n - 1]`` (0 where the environment wrote); None when the batch has no
   ``rollout_log_probs`` (the default job);
 - ``reward``: ``rewards`` after ``compute_advantages_and_returns`` (what the advantages are computed from);
+- ``token_rewards``: that reward where OpenRLHF's ``compute_reward`` places it (before its KL term) over
+  ``[first:n - 1]``: OpenRLHF trains on one reward per episode, so under ``algorithm.credit: turn`` the suite
+  expects the per-turn rewards summed on the last token;
 - case: the ``id`` of the task the row's label carries;
 - images: OpenRLHF holds no raw images for images the environment drew (its ``images`` field keeps only the
   dataset's image references), only ``mm_train_inputs`` (``pixel_values``, ``image_grid_thw``) as the executor's
@@ -111,9 +114,20 @@ def row_record(b: Any, j: int, images: ImageIndex) -> EpisodeRecord:
         case=case, prompt_ids=seq[: first + 1], response_ids=seq[first + 1:], response_mask=actions[first:],
         logprobs=None if b.rollout_log_probs is None
         else [float(x) for x in b.rollout_log_probs[j][first: n - 1].tolist()],
-        reward=float(b.rewards[j]),
+        reward=float(b.rewards[j]), token_rewards=placed_reward(b, j)[first: n - 1],
         images=images.digests(seq, (b.mm_train_inputs or [None] * len(b.index))[j],
                               (b.images or [None] * len(b.index))[j], f"OpenRLHF batch row {b.index[j]} (case {case})"))
+
+
+def placed_reward(b: Any, j: int) -> list[float]:
+    """Row ``j``'s reward on each action position as OpenRLHF places it before its KL term
+    (``openrlhf.models.utils.compute_reward`` with no KL: the one scalar on the row's last action token)."""
+    import torch
+    from openrlhf.models.utils import compute_reward
+
+    mask = b.action_mask[j: j + 1]
+    reward = compute_reward(torch.as_tensor([float(b.rewards[j])]), 0.0, torch.zeros(mask.shape), action_mask=mask)
+    return [float(x) for x in reward[0].tolist()]
 
 
 class ImageIndex:

@@ -16,7 +16,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.agent_edge import ErrorRateGuard, fit_limits
-from agentbridge.rollout.training import episode_metrics, episode_sample
+from agentbridge.rollout.training import episode_metrics, episode_sample, token_rewards
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.runs import record_episode
 from agentbridge.spec import load_spec
@@ -31,6 +31,26 @@ class DriverMetrics(AgentLoopMetrics):
     """veRL's per-sample timings plus every driver metric (``episode/turns``, ``tools/calls``, ...)."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class TurnCreditOutput(AgentLoopOutput):
+    """An ``AgentLoopOutput`` whose reward reaches veRL per token (``algorithm.credit: turn``).
+
+    veRL's V1 worker stores ``as_dict()`` in TransferQueue, where ``rm_scores`` (one value per response token,
+    ``reward_score`` on the last by default) becomes the trainer's ``token_level_scores``: here it is
+    ``token_rewards``, each turn's process reward on the turn's last token and the outcome on the last
+    (:func:`agentbridge.rollout.training.token_rewards`), summing to ``reward_score``.
+    """
+
+    token_rewards: list[float]
+
+    def as_dict(self) -> dict[str, Any]:
+        import torch
+
+        output = super().as_dict()
+        output.pop("token_rewards", None)
+        output["rm_scores"] = torch.tensor(self.token_rewards, dtype=torch.float32)
+        return output
 
 
 def agent_for(spec_path: str, tokenizer: Any, prompt_length: int, response_length: int) -> Agent:
@@ -68,7 +88,12 @@ def to_output(traj: Trajectory, agent: Agent, prompt_length: int, response_lengt
                             **episode_metrics(traj))
     info = {"task_id": traj.task_id, "finish_reason": traj.finish_reason, "error": traj.error or "",
             "truncated": int(len(traj.prompt_ids) > prompt_length or len(traj.response_ids) > response_length)}
-    return AgentLoopOutput(
+    fields: dict[str, Any] = {}
+    cls = AgentLoopOutput
+    if agent.spec.algorithm.credit == "turn":
+        cls, fields = TurnCreditOutput, {"token_rewards": token_rewards(traj, "turn")[:response_length]}
+    return cls(
+        **fields,
         prompt_ids=prompt_ids,
         response_ids=response_ids,
         response_mask=mask,

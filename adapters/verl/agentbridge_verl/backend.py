@@ -32,6 +32,14 @@ from agentbridge_verl.config import (
 from agentbridge_verl.data import write_parquet
 
 
+def _v1_trainer(spec: Spec) -> bool:
+    """Whether the job runs veRL's V1 trainer (its default) after ``backend.overrides``."""
+    overrides = spec.backend.overrides
+    trainer = overrides.get("trainer")
+    value = overrides.get("trainer.use_v1", trainer.get("use_v1", True) if isinstance(trainer, dict) else True)
+    return bool(value)
+
+
 class VerlBackend:
     """Compiles a spec into a veRL 0.9.1 PPO-trainer job whose agent loop runs agentbridge's driver."""
 
@@ -53,6 +61,7 @@ class VerlBackend:
     def capabilities(self) -> Capabilities:
         return Capabilities(
             algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None, async_rollout=True,
+            turn_credit=True,
             scale_out="Ray cluster: ray job submit (trainer.nnodes x n_gpus_per_node), vLLM/SGLang rollout servers",
             notes=[*NOTES, "images: Qwen2-VL / Qwen2.5-VL / Qwen3-VL processors only (veRL binds no others)",
                    f"training needs GPUs (veRL {VERL_PIN} has no CPU trainer); the agent loop and validation run "
@@ -68,6 +77,10 @@ class VerlBackend:
         if spec.algorithm.name in GROUPED and spec.algorithm.group_size < 2:
             problems.append(Problem("algorithm.group_size", f"{spec.algorithm.name} computes advantages within a "
                                     "group: it needs at least 2 samples per prompt"))
+        if spec.algorithm.credit == "turn" and not _v1_trainer(spec):
+            problems.append(Problem("algorithm.credit", "turn credit reaches veRL through its V1 trainer's "
+                                    "per-token rm_scores; backend.overrides turns the V1 trainer off "
+                                    "(trainer.use_v1), whose legacy trainer keeps one reward per episode"))
         return problems
 
     def compile(self, spec: Spec, out: Path) -> Job:

@@ -2,22 +2,23 @@
 
 ``main_ppo`` runs one of two trainers, chosen by ``trainer.use_v1``; the compiled job keeps veRL 0.9.1's default,
 the V1 trainer. Both run here, and the records of the one the job launches are what the suite compares with the
-driver; the other's must equal them (see ``golden_records``).
+driver; the other's must equal them (see ``golden_records``), except in the ``credit`` kind, whose per-turn rewards
+only the V1 trainer takes (the compile refuses ``algorithm.credit: turn`` with ``trainer.use_v1=false``).
 
 * V1 (``agentbridge_verl.inprocess_v1``): the V1 trainer's ``prepare_step`` and replay-buffer sample,
   ``AgentLoopManagerTQ`` and ``AgentLoopWorkerTQ`` storing each episode unpadded in a real TransferQueue (local
   Ray); fields are read back with ``tq.kv_batch_get``: ``prompts``, ``responses``, ``response_mask``,
-  ``rollout_log_probs``, ``rm_scores`` (summed) and ``input_ids``, which must be the prompt then the response.
+  ``rollout_log_probs``, ``rm_scores`` (per token, and summed) and ``input_ids``, which must be the prompt then
+  the response.
 * legacy (``agentbridge_verl.inprocess``): ``RayPPOTrainer.fit``'s generation step, ``AgentLoopManager`` and
   ``AgentLoopWorker``, ``extract_reward``; fields are read from the padded training batch without its padding
-  (``prompts`` where ``attention_mask`` is 1, ...; the reward is ``token_level_scores`` summed).
+  (``prompts`` where ``attention_mask`` is 1, ...; the reward is ``token_level_scores``, per token and summed).
 
 Both: veRL's dataset, sampler and collate function over the job's parquet, the job's composed trainer config,
 agentbridge's agent loop, veRL's processor for the vision-language kind. Stand-ins: ``GoldenLLMServerClientStandIn``
 for veRL's ``LLMServerClient`` (the vLLM servers need a GPU), answering with
-:func:`agentbridge.conformance.golden.golden_turn`, and the Ray actors of veRL's own named in the two modules. The
-run fails unless each reward sits on the last response token (which a summed reward cannot show); the case is the
-task each row's ``extra_info`` carries.
+:func:`agentbridge.conformance.golden.golden_turn`, and the Ray actors of veRL's own named in the two modules. The case
+is the task each row's ``extra_info`` carries.
 
 Images: veRL keeps no raw images, only what its processor made of them (``multi_modal_inputs``: ``pixel_values``,
 ``image_grid_thw``). The digests are therefore those of the images the agent loop handed veRL's worker for the row
@@ -37,7 +38,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
-from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
+from agentbridge.conformance.golden import BACKEND_LENGTHS, CREDIT, LENGTHS
 from agentbridge.conformance.records import EpisodeRecord, image_digest
 from agentbridge.conformance.suite import ConformanceError
 
@@ -121,14 +122,6 @@ def row_images(where: str, handed: dict[str, Any] | None, mm_inputs: dict[str, A
     return [image_digest(im) for im in images]
 
 
-def reward_position(where: str, scores: Any, n_response: int) -> None:
-    """The episode's reward must sit on its last response token (where veRL's GAE and returns read an outcome)."""
-    at = [int(k) for k in scores.nonzero().flatten().tolist()]
-    if at and at != [n_response - 1]:
-        raise ConformanceError(f"{where}: the reward sits on response token(s) {', '.join(map(str, at))}, not on "
-                               f"the last one ({n_response - 1})")
-
-
 def legacy_records(cfg: Any, tokenizer: Any, processor: Any) -> list[EpisodeRecord]:
     """The golden episodes through ``RayPPOTrainer``'s step (``trainer.use_v1=false``), read from its padded
     training batch (``agentbridge_verl.inprocess``)."""
@@ -151,7 +144,6 @@ def legacy_records(cfg: Any, tokenizer: Any, processor: Any) -> list[EpisodeReco
         n = int(attn[prompt_len:].sum())
         case = case_of(extra["extra_info"][i])
         where = f"veRL batch row {i} (case {case})"
-        reward_position(where, b["token_level_scores"][i], n)
         records.append(EpisodeRecord(
             case=case,
             prompt_ids=b["prompts"][i][attn[:prompt_len]].tolist(),
@@ -159,6 +151,7 @@ def legacy_records(cfg: Any, tokenizer: Any, processor: Any) -> list[EpisodeReco
             response_mask=[int(x) for x in b["response_mask"][i][:n].tolist()],
             logprobs=[float(x) for x in b["rollout_log_probs"][i][:n].tolist()] if logprobs else [],
             reward=float(b["token_level_scores"][i].sum()),
+            token_rewards=[float(x) for x in b["token_level_scores"][i][:n].tolist()],
             images=row_images(where, handed[i], mm_inputs[i] if mm_inputs is not None else None,
                               b["input_ids"][i][attn].tolist(), processor)))
     return records
@@ -188,17 +181,16 @@ def v1_records(cfg: Any, tokenizer: Any, processor: Any) -> list[EpisodeRecord]:
     for i, key in enumerate(batch.keys):
         case = case_of(extra_info[i])
         where = f"veRL V1 trajectory {i} (case {case})"
-        prompt, response, n = prompts[i].tolist(), responses[i].tolist(), len(responses[i])
+        prompt, response = prompts[i].tolist(), responses[i].tolist()
         if input_ids[i].tolist() != prompt + response:
             raise ConformanceError(f"{where}: input_ids are not the prompt followed by the response")
         if key not in handed:
             raise ConformanceError(f"{where}: no agent-loop output was handed to veRL under key {key}")
-        reward_position(where, scores[i], n)
         records.append(EpisodeRecord(
             case=case, prompt_ids=prompt, response_ids=response,
             response_mask=[int(x) for x in masks[i].tolist()],
             logprobs=[float(x) for x in logprobs[i].tolist()] if logprobs is not None else [],
-            reward=float(scores[i].sum()),
+            reward=float(scores[i].sum()), token_rewards=[float(x) for x in scores[i].tolist()],
             images=row_images(where, handed[key], mm_inputs[i], input_ids[i].tolist(), processor)))
     return records
 
@@ -235,6 +227,8 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
         model = model_config(cfg)
         tokenizer, processor = model.tokenizer, model.processor
         v1 = v1_records(cfg, tokenizer, processor)
+        if kind == CREDIT:  # turn credit runs on the V1 trainer only (the compile refuses the legacy one)
+            return v1
         legacy = legacy_records(cfg, tokenizer, processor)
     paths = {True: ("V1 trainer (trainer.use_v1=true)", v1), False: ("legacy trainer (trainer.use_v1=false)", legacy)}
     launched = bool(cfg.trainer.use_v1)

@@ -14,7 +14,7 @@ from agentbridge.conformance import run_suite
 from agentbridge.conformance.golden import cases
 from agentbridge.conformance.pytest_plugin import conformance_tests
 from agentbridge.conformance.suite import ConformanceError
-from agentbridge_verl.conformance import golden_records, reward_position
+from agentbridge_verl.conformance import golden_records
 from agentbridge_verl.inprocess_v1 import WorkerTQ
 
 test_verl_conforms = conformance_tests("verl")
@@ -112,14 +112,13 @@ def test_pixels_that_are_not_the_handed_images_fail_the_run(monkeypatch: pytest.
         golden_records("vlm", tmp_path)
 
 
-def test_a_reward_off_the_last_response_token_fails_the_run() -> None:
-    """A summed reward cannot show where it sits; the veRL side checks that it is on the last response token."""
-    import torch
-
-    scores = torch.zeros(8)
-    reward_position("row 0", scores, 5)  # no reward: nothing to place
-    scores[4] = 1.25
-    reward_position("row 0", scores, 5)
-    with pytest.raises(ConformanceError, match=r"row 3 \(case tools\): the reward sits on response token\(s\) 3, "
-                       r"not on the last one \(4\)"):
-        reward_position("row 3 (case tools)", scores.roll(-1), 5)
+def test_turn_credit_off_the_turn_ends_fails_per_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The credit kind: each turn's process reward must reach veRL's rm_scores on the turn's last token. An agent
+    loop that hands veRL the episode's sum on the last token instead (as veRL does by default) fails every case
+    with per-turn rewards, naming the first misplaced token; the sums still agree."""
+    monkeypatch.setattr(verl_loop.TurnCreditOutput, "as_dict", verl_loop.AgentLoopOutput.as_dict)
+    (result,) = run_suite("verl", ("credit",))
+    assert result.problems and all(": token_rewards differs at " in line for line in result.problems), result.problems
+    failing = {case for case, fields in result.case_fields().items() if fields}
+    assert failing == {"tools", "tool_error", "truncation", "reward_error", "max_turns"}  # a tool call in a turn
+    assert not any(" reward is " in line for line in result.problems)
