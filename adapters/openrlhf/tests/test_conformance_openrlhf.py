@@ -70,8 +70,9 @@ def test_the_backend_declares_its_module_and_conformance() -> None:
 def test_the_suite_reports_broken_experience_building(monkeypatch: pytest.MonkeyPatch) -> None:
     """OpenRLHF's Experience building is handed each action range one token too long, the reward plus one and,
     where it keeps them (the token job), the last rollout log-prob minus one half: the suite must say exactly that,
-    one response_mask line and one reward line per episode of the default job and one logprobs line per episode of
-    the token job (whose other fields are the default job's to check), and nothing else."""
+    one response_mask line, one reward line and (where OpenRLHF places the reward on an action token) one
+    token_rewards line per episode of the default job and one logprobs line per episode of the token job (whose
+    other fields are the default job's to check), and nothing else."""
     from agentbridge_openrlhf.standins import use_vllm_standin
 
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # restored after the test
@@ -98,7 +99,12 @@ def test_the_suite_reports_broken_experience_building(monkeypatch: pytest.Monkey
                 want.add(f"openrlhf: case {ref.case}[{i}]: response_mask differs at {first_env} of "
                          f"{len(ref.response_mask)} (driver 0, backend 1)")
             want.add(f"openrlhf: case {ref.case}[{i}]: reward is {ref.reward + 1:g}, the driver's is {ref.reward:g}")
-    default = [p for p in result.problems if p.startswith("openrlhf: ")]
+    placed = sorted(f"openrlhf: case {ref.case}[{i}]: token_rewards differs at {len(ref.response_ids) - 1} of "
+                    f"{len(ref.response_ids)} (driver {ref.token_rewards[-1]}, backend "
+                    for ref in reference_records("text") if 1 in ref.response_mask for i in range(2))
+    moved = sorted(p for p in result.problems if ": token_rewards " in p)  # the reward plus one, on the last token
+    assert len(moved) == len(placed) and [p[:len(q)] for p, q in zip(moved, placed, strict=True)] == placed
+    default = [p for p in result.problems if p.startswith("openrlhf: ") and ": token_rewards " not in p]
     assert set(default) == want and len(default) == len(want), result.problems
     lasts = [(ref.case, len(ref.logprobs) - 1) for ref in reference_records("text")]  # the last log-prob differs
     prefixes = sorted(f"openrlhf ({LOGPROB_JOB}): case {c}[{i}]: logprobs differs at {n} of {n + 1} (driver "
@@ -106,5 +112,6 @@ def test_the_suite_reports_broken_experience_building(monkeypatch: pytest.Monkey
     token = sorted(p for p in result.problems if not p.startswith("openrlhf: "))
     assert len(token) == len(prefixes) and [p[:len(q)] for p, q in zip(token, prefixes, strict=True)] == prefixes
     assert result.notes == [NOTE]
-    assert result.case_fields() == {c: (["reward"] if c == "early_error" else ["response_mask", "reward"]) * 2
+    assert result.case_fields() == {c: (["reward"] if c == "early_error" else ["response_mask", "reward",
+                                                                               "token_rewards"]) * 2
                                     + ["logprobs"] * 2 for c in cases("text")}

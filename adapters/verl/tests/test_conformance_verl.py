@@ -122,3 +122,26 @@ def test_turn_credit_off_the_turn_ends_fails_per_case(monkeypatch: pytest.Monkey
     failing = {case for case, fields in result.case_fields().items() if fields}
     assert failing == {"tools", "tool_error", "truncation", "reward_error", "max_turns"}  # a tool call in a turn
     assert not any(" reward is " in line for line in result.problems)
+
+
+def test_turn_credit_reaches_verls_returns_turn_by_turn(tmp_path: Path) -> None:
+    """What the credit kind's rm_scores do in veRL's own math: REINFORCE++'s returns (``core_algos``, gamma 1) on
+    each turn's tokens are what is still to be earned from that turn on, where one reward on the last token would
+    give every token the episode's total."""
+    import torch
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.core_algos import compute_reinforce_plus_plus_outcome_advantage
+
+    record = next(r for r in golden_records("credit", tmp_path) if r.case == "tools")
+    mask = torch.tensor([record.response_mask], dtype=torch.float32)
+    _, returns = compute_reinforce_plus_plus_outcome_advantage(torch.tensor([record.token_rewards]), mask,
+                                                               config=AlgoConfig(gamma=1.0))
+    # per trained turn (runs of mask 1): add (0.5), add (0.5), answer (exact 1 + format 0.1 + fragile 0.5 + 0.25)
+    runs, prev = [], 0
+    for value, m in zip(returns[0].tolist(), record.response_mask, strict=True):
+        if m and not prev:
+            runs.append(set())
+        if m:
+            runs[-1].add(round(value, 4))
+        prev = m
+    assert runs == [{2.85}, {2.35}, {1.85}] and record.reward == pytest.approx(2.85)
