@@ -31,6 +31,7 @@ class Capabilities:
     scale_out: str = ""
     cpu_training: bool = False  # whether a job can train on a machine without GPUs
     turn_credit: bool = False  # whether its training batch takes per-token rewards (``algorithm.credit: turn``)
+    serves_reward_models: bool = False  # whether its job serves ``core/reward_model`` with ``serve: backend``
     notes: list[str] = field(default_factory=list)
 
 
@@ -119,17 +120,34 @@ FIRST_PARTY_ALGORITHMS: dict[str, list[str]] = {
     "openrlhf": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
 }
 FIRST_PARTY_TURN_CREDIT = ("verl",)  # first-party backends whose training batch takes per-token rewards
+FIRST_PARTY_SERVING = ("openrlhf",)  # first-party backends whose job serves a reward model (serve: backend)
 
 
 def known_capabilities() -> dict[str, Capabilities]:
     """Capabilities of every backend agentbridge knows: installed ones, then first-party ones."""
     from agentbridge.plugins import get_plugins
 
-    known = {name: Capabilities(algorithms=algos, turn_credit=name in FIRST_PARTY_TURN_CREDIT)
+    known = {name: Capabilities(algorithms=algos, turn_credit=name in FIRST_PARTY_TURN_CREDIT,
+                                serves_reward_models=name in FIRST_PARTY_SERVING)
              for name, algos in FIRST_PARTY_ALGORITHMS.items()}
     for name in get_plugins().backends.ids():
         known[name] = get_plugins().backends.get(name).capabilities()
     return known
+
+
+def serving_problem(spec: Spec, backend: Backend) -> Problem | None:
+    """A capability error for ``core/reward_model`` with ``serve: backend`` on a backend whose job serves none."""
+    from agentbridge.reward_model import backend_served
+
+    try:
+        served = backend_served(spec)
+    except ValueError:  # bad reward args: check_ids says so, with where
+        return None
+    if not served or backend.capabilities().serves_reward_models:
+        return None
+    others = [n for n, c in known_capabilities().items() if c.serves_reward_models] or ["none installed"]
+    return Problem("reward", f"core/reward_model serve: backend: the {backend.name} job serves no reward model "
+                   f"(jobs that do: {', '.join(others)}); load it in the driver (serve: here) or give args.url")
 
 
 def algorithm_problem(spec: Spec, backend: str, capabilities: Capabilities,
@@ -189,7 +207,7 @@ def compile_job(spec: Spec, backend: Backend, out: Path | None = None, *, source
     from agentbridge.runs import spec_chat_template_hash
     from agentbridge.spec import SpecError, spec_hash
 
-    problems: list[Any] = [*check_ids(spec), *backend.check(spec)]
+    problems: list[Any] = [*check_ids(spec), *backend.check(spec), serving_problem(spec, backend)]
     if not any(isinstance(p, Problem) and p.where == "algorithm.name" for p in problems):
         problems.append(algorithm_problem(spec, backend.name, backend.capabilities(), known_capabilities()))
     lines = [f"{source}: {p}" if source else str(p) for p in problems if p is not None]

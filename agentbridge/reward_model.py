@@ -6,6 +6,14 @@ reward models such as Skywork's or ArmoRM are trained) or a format string over `
 Episodes scored while a batch runs are gathered into the next batch, so the episodes of a step go through the model
 together (at most ``batch_size`` per forward), in a worker thread: the driver's event loop keeps running.
 ``builtin:tiny-rm`` is a random-init tiny one for CPU tests.
+
+Served instead of loaded (``url``, or ``serve: backend``): the texts are built here the same way and scored, in the
+same batches, by a reward-model server speaking OpenRLHF's ``/get_reward`` protocol (``POST {"query": [text, ...]}``
+answered by ``{"rewards": [score, ...]}``; OpenRLHF's own ``openrlhf.cli.serve_rm`` is one). With ``serve:
+backend`` the compiled job starts the backend's server over ``path`` and hands its address to the driver in
+``AGENTBRIDGE_REWARD_MODEL_URL`` (OpenRLHF's ``launch.sh``), so the reward model runs beside the cluster's
+trainer, on its own devices. A server that is down, slow or answers garbage costs those episodes counted reward
+errors (after ``retries``), never the batch.
 """
 
 from __future__ import annotations
@@ -35,6 +43,13 @@ class RewardModelArgs(BaseModel):
     device: str = Field(default="cpu", description="Where the model runs: cpu, cuda, cuda:1, ...")
     batch_size: int = Field(default=16, ge=1, description="Episodes per forward pass at most")
     max_length: int = Field(default=2048, ge=8, description="Tokens kept per episode (the end is kept)")
+    serve: Literal["here", "backend"] = Field(
+        default="here", description="here: the driver's process loads the model; backend: the compiled job serves it "
+        "with the backend's own reward-model server (OpenRLHF's serve_rm) and the driver calls it")
+    url: str | None = Field(default=None, description="A /get_reward server to score with instead of loading the "
+                            "model (default with serve: backend: $AGENTBRIDGE_REWARD_MODEL_URL)")
+    timeout_s: float = Field(default=60.0, gt=0, description="Seconds one request to the server may take")
+    retries: int = Field(default=2, ge=0, description="Retries after a failed request to the server")
 
 
 def episode_text(trajectory: Trajectory, task: Task, template: str, tokenizer: Any) -> str:
@@ -49,43 +64,34 @@ def episode_text(trajectory: Trajectory, task: Task, template: str, tokenizer: A
                            response=trajectory.final_text, reference=" | ".join(gold_answers(task)))
 
 
-class RewardModel:
-    """One loaded reward model, scoring texts in batches gathered from concurrent episodes."""
+URL_ENV = "AGENTBRIDGE_REWARD_MODEL_URL"  # where a job that serves the reward model (serve: backend) says it is
 
-    def __init__(self, args: RewardModelArgs) -> None:
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from agentbridge.models import resolve_model_path
+def _tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
 
-        self.args = args
-        local = resolve_model_path(args.path)
-        self.tokenizer = AutoTokenizer.from_pretrained(local)
-        self.tokenizer.truncation_side = "left"  # the end of the episode (the answer) is what is judged
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForSequenceClassification.from_pretrained(local, dtype=torch.float32)
-        self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.model.to(args.device).eval()
-        if args.label >= self.model.config.num_labels:
-            raise ValueError(f"label {args.label}: the model has {self.model.config.num_labels} output(s)")
-        self._lock = threading.Lock()
+    from agentbridge.models import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(path))
+    tokenizer.truncation_side = "left"  # the end of the episode (the answer) is what is judged
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+class _Batcher:
+    """Scores texts in batches gathered from concurrent episodes (``score_batch`` runs in a worker thread)."""
+
+    args: RewardModelArgs
+    tokenizer: Any
+
+    def __init__(self) -> None:
         self._pending: list[tuple[str, asyncio.Future[float]]] = []
         self._flusher: asyncio.Task[None] | None = None
-        self.batches: list[int] = []  # size of each forward pass, for inspection
+        self.batches: list[int] = []  # size of each batch scored, for inspection
 
     def score_batch(self, texts: list[str]) -> list[float]:
-        """The scores of ``texts`` in one forward pass (blocking)."""
-        import torch
-
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
-                             max_length=self.args.max_length)
-        with self._lock, torch.no_grad():
-            logits = self.model(**{k: v.to(self.args.device) for k, v in enc.items()}).logits[:, self.args.label]
-        if self.args.squash == "sigmoid":
-            logits = torch.sigmoid(logits)
-        self.batches.append(len(texts))
-        return [float(x) for x in logits.float().cpu()]
+        raise NotImplementedError
 
     async def score(self, text: str) -> float:
         """The score of ``text``, computed with the other episodes' texts that arrive meanwhile."""
@@ -112,22 +118,122 @@ class RewardModel:
                     f.set_result(s)
 
 
-_MODELS: dict[str, RewardModel] = {}
+class RewardModel(_Batcher):
+    """One loaded reward model, scoring texts in batches gathered from concurrent episodes."""
+
+    def __init__(self, args: RewardModelArgs) -> None:
+        import torch
+        from transformers import AutoModelForSequenceClassification
+
+        from agentbridge.models import resolve_model_path
+
+        super().__init__()
+        self.args = args
+        self.tokenizer = _tokenizer(args.path)
+        self.model = AutoModelForSequenceClassification.from_pretrained(resolve_model_path(args.path),
+                                                                        dtype=torch.float32)
+        self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.model.to(args.device).eval()
+        if args.label >= self.model.config.num_labels:
+            raise ValueError(f"label {args.label}: the model has {self.model.config.num_labels} output(s)")
+        self._lock = threading.Lock()
+
+    def score_batch(self, texts: list[str]) -> list[float]:
+        """The scores of ``texts`` in one forward pass (blocking)."""
+        import torch
+
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
+                             max_length=self.args.max_length)
+        with self._lock, torch.no_grad():
+            logits = self.model(**{k: v.to(self.args.device) for k, v in enc.items()}).logits[:, self.args.label]
+        if self.args.squash == "sigmoid":
+            logits = torch.sigmoid(logits)
+        self.batches.append(len(texts))
+        return [float(x) for x in logits.float().cpu()]
+
+
+class ServedRewardModel(_Batcher):
+    """A reward model behind a ``/get_reward`` server: the same texts and batches, scored over HTTP."""
+
+    def __init__(self, args: RewardModelArgs, url: str) -> None:
+        super().__init__()
+        self.args, self.url = args, url
+        self.tokenizer = _tokenizer(args.path) if args.template == "chat" else None
+
+    def score_batch(self, texts: list[str]) -> list[float]:
+        """The server's scores of ``texts`` in one request (blocking; retried with backoff)."""
+        import json
+        import time
+        import urllib.request
+
+        body = json.dumps({"query": texts}).encode()
+        error = ""
+        for attempt in range(self.args.retries + 1):
+            if attempt:
+                time.sleep(0.5 * 2 ** (attempt - 1))
+            try:
+                request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=self.args.timeout_s) as response:
+                    rewards = json.loads(response.read())["rewards"]
+                if not isinstance(rewards, list) or len(rewards) != len(texts):
+                    raise ValueError(f"{len(rewards) if isinstance(rewards, list) else 'no'} rewards for "
+                                     f"{len(texts)} texts")
+                scores = [float(r) for r in rewards]
+            except Exception as e:  # noqa: BLE001 - retried, then one line for the episodes of the batch
+                error = f"{type(e).__name__}: {e}"
+                continue
+            self.batches.append(len(texts))
+            if self.args.squash == "sigmoid":
+                import math
+
+                scores = [1.0 / (1.0 + math.exp(-x)) for x in scores]
+            return scores
+        raise RuntimeError(f"reward-model server {self.url}: {error} (after {self.args.retries} retries)")
+
+
+_MODELS: dict[str, _Batcher] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def _load(args: RewardModelArgs, key: str) -> RewardModel:
+def backend_served(spec: Any) -> list[RewardModelArgs]:
+    """The spec's ``core/reward_model`` rewards the compiled job must serve (``serve: backend`` without a ``url``)."""
+    out = []
+    for reward in spec.reward:
+        if reward.id == "core/reward_model":
+            args = RewardModelArgs(**reward.args)
+            if args.serve == "backend" and not args.url:
+                out.append(args)
+    return out
+
+
+def served_url(args: RewardModelArgs) -> str | None:
+    """The server that scores for ``args``: ``url``, or with ``serve: backend`` the job's; None to load the model."""
+    import os
+
+    if args.url:
+        return args.url
+    if args.serve == "backend":
+        url = os.environ.get(URL_ENV)
+        if not url:
+            raise RuntimeError(f"serve: backend, but {URL_ENV} is not set: the compiled job's launch script starts "
+                               "the backend's reward-model server and sets it (or give args.url)")
+        return url
+    return None
+
+
+def _load(args: RewardModelArgs, key: str) -> _Batcher:
     """The reward model of ``key``, loaded once however many episodes ask at the same time (in worker threads)."""
     with _LOAD_LOCK:
         if key not in _MODELS:
-            _MODELS[key] = RewardModel(args)
+            url = served_url(args)
+            _MODELS[key] = ServedRewardModel(args, url) if url else RewardModel(args)
         return _MODELS[key]
 
 
 async def reward_model_reward(trajectory: Trajectory, task: Task, **args: Any) -> float:
     """``core/reward_model``: the reward model's score of the episode (see the module's docstring)."""
     parsed = RewardModelArgs(**args)
-    key = parsed.model_dump_json(exclude={"template"})
+    key = parsed.model_dump_json(exclude={"template"}) + str(served_url(parsed))
     model = _MODELS.get(key)
     if model is None:
         model = await asyncio.to_thread(_load, parsed, key)

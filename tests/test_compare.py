@@ -52,8 +52,10 @@ def test_compare_conformance_puts_the_algorithm_and_step_results_in_the_report(t
     page = (tmp_path / "report" / "report.html").read_text()
     trl_row = page.split("<table class='backends'>")[1].split("<td>trl</td>")[1].split("</tr>")[0]
     conformance = trl_row.split("<td>")[3]
-    kinds = re.match(r"identical \(([a-z, ]+)\); algorithms: grpo ", conformance)
-    assert kinds and {"text", "vlm"} <= set(kinds.group(1).split(", ")), conformance
+    kinds = re.match(r"identical \(([a-z, ]+)\)(.*?); algorithms: grpo ", conformance)
+    assert kinds and {"text", "vlm", "credit"} <= set(kinds.group(1).split(", ")), conformance
+    # TRL trains on one reward per episode: no per-token rewards to compare, said once for all kinds
+    assert kinds.group(2) == f"; trl: token_rewards not held by the default job; not compared ({kinds.group(1)})"
     assert "dapo ≠ kept" in conformance
     step = conformance.split("; one step (grpo): ")[1].split("</td>")[0].split()
     assert step[0] in ("✔", "≈") and step[1::2] == ["loss", "grad", "update"], step

@@ -30,7 +30,7 @@ def rewards_plugin(name: str, reward_id: str) -> types.ModuleType:
 
 
 GOLDEN_IDS = {"datasets": ["conformance/golden"], "environments": ["conformance/golden"],
-              "rewards": ["conformance/fragile"], "tools": ["golden_add", "golden_look"]}
+              "rewards": ["conformance/fragile", "conformance/tool_turn"], "tools": ["golden_add", "golden_look"]}
 
 
 @pytest.fixture

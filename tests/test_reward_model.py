@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentbridge import reward_model
+from agentbridge.backends import compile_job, get_backend
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
-from agentbridge.spec import load_spec
+from agentbridge.spec import SpecError, load_spec
 
 
 def agent_with(args: dict[str, Any]) -> Agent:
@@ -60,3 +62,16 @@ def test_sigmoid_squashes_the_logit_and_a_missing_model_costs_counted_errors(tmp
     assert all(t.metrics["reward/errors"] == 1 and t.reward_components["core/reward_model"] == 0.0
                for t in broken)
     assert all("no-model" in (t.error or "") for t in broken) and all(t.finish_reason == "done" for t in broken)
+
+
+@pytest.mark.parametrize("backend", ["trl", "verl"])
+def test_a_backend_whose_job_serves_no_reward_model_refuses_serve_backend(backend: str, tmp_path: Path) -> None:
+    """``core/reward_model`` with ``serve: backend`` needs a job that serves it (OpenRLHF's, with its serve_rm);
+    elsewhere every episode would score a reward error, so the compile refuses, naming the backends that serve."""
+    rm = json.dumps([{"id": "core/reward_model", "args": {"path": "builtin:tiny-rm", "serve": "backend"}}])
+    spec = load_spec("examples/calculator.yaml", [f"reward={rm}", f"backend.name={backend}"])
+    with pytest.raises(SpecError, match=rf"reward: core/reward_model serve: backend: the {backend} job serves no "
+                       r"reward model \(jobs that do: openrlhf\)"):
+        compile_job(spec, get_backend(backend), tmp_path / "job")
+    url = json.dumps([{"id": "core/reward_model", "args": {"path": "builtin:tiny-rm", "url": "http://h:1/get_reward"}}])
+    compile_job(load_spec("examples/calculator.yaml", [f"reward={url}"]), get_backend(backend), tmp_path / "url")

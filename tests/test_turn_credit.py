@@ -66,9 +66,10 @@ def test_a_per_turn_reward_that_raises_costs_that_turn_and_is_counted() -> None:
     assert ok.reward_components["conformance/fragile"] == 3.0
 
 
-def test_a_process_reward_model_scores_every_turn_of_a_step_in_batches() -> None:
+def test_a_process_reward_model_scores_every_turn_of_a_step_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """``core/reward_model`` with ``per: turn``: a reward model as PRM, each turn's view through its template, the
     turns of all episodes gathered into batches, the same scores as scored one at a time."""
+    monkeypatch.setattr(reward_model, "_MODELS", {})  # this test's model only
     args = {"path": "builtin:tiny-rm", "template": "{prompt} => {response}", "batch_size": 16}
     rewards = json.dumps([{"id": "core/exact_answer"}, {"id": "core/reward_model", "per": "turn", "weight": 0.1,
                                                          "args": args}])
@@ -76,7 +77,8 @@ def test_a_process_reward_model_scores_every_turn_of_a_step_in_batches() -> None
                                                                    "algorithm.credit=turn"]))
     tasks = agent.tasks("eval", size=6)
     trajs = asyncio.run(agent.run(tasks, lambda env: ScriptedPolicy.for_env(env, agent.tokenizer)))
-    [model] = [m for m in reward_model._MODELS.values() if m.args.batch_size == 16]
+    [model] = reward_model._MODELS.values()
+    assert isinstance(model, reward_model.RewardModel)
     turns = sum(len(t.turns) for t in trajs)
     assert turns > len(trajs) and max(model.batches) > 1  # several turns per forward pass
     for traj, task in zip(trajs, tasks, strict=True):
@@ -104,3 +106,4 @@ def test_verl_refuses_turn_credit_on_its_legacy_trainer(tmp_path: Path) -> None:
     v1 = load_spec("examples/calculator.yaml", ["algorithm.credit=turn", "backend.name=verl"])
     job = compile_job(v1, get_backend("verl"), tmp_path / "verl-v1")
     assert not any(n.startswith("algorithm.credit") for n in job.manifest.get("notes", []))
+

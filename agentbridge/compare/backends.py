@@ -71,7 +71,11 @@ def _one(spec: Spec, name: str, out: Path, *, conformance: bool, train: bool, sa
         ran = [r.kind for r in suite if not r.skipped]
         result.conformance = (f"identical ({', '.join(ran)})" if not failed else f"{len(failed)} difference(s)")
         # a field the backend's job does not hold is neither identical nor a difference: say where it was checked
-        result.conformance += "".join(f"; {r.kind}: {note}" for r in suite for note in r.notes)
+        kinds_of: dict[str, list[str]] = {}  # each note once, with the kinds it came from
+        for r in suite:
+            for note in r.notes:
+                kinds_of.setdefault(note, []).append(r.kind)
+        result.conformance += "".join(f"; {note} ({', '.join(kinds)})" for note, kinds in kinds_of.items())
         result.problems += failed
         from agentbridge.conformance.algorithms import problem_lines, run_algorithms
 

@@ -162,7 +162,8 @@ def run_suite(name: str, kinds: tuple[str, ...] = KINDS, workdir: Path | None = 
         turn_credit = backend.capabilities().turn_credit
         result.problems = compare(reference_records(kind, turn_credit), result.records, name, samples=samples)
         result.notes = notes(result.records, name)
-        if spec.algorithm.credit == "turn" and not turn_credit:
+        held = [r for r in result.records if not r.job and r.token_rewards is not None]
+        if spec.algorithm.credit == "turn" and not turn_credit and held:
             result.notes.append(f"{name}: algorithm.credit turn: per-turn rewards checked summed on each episode's "
                                 "last token (the backend trains on one reward per episode)")
     return results

@@ -35,6 +35,7 @@ from agentbridge_openrlhf.config import (
     to_argv,
     world_size,
 )
+from agentbridge_openrlhf.reward_server import DEFAULT_PORT, SERVER_MODULE, served, server_argv
 
 AGENT_SOURCE = '''"""OpenRLHF agent file for spec {name!r}, written by agentbridge-openrlhf {version}.
 
@@ -95,6 +96,7 @@ class OpenRLHFBackend:
     def capabilities(self) -> Capabilities:
         return Capabilities(
             algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None, async_rollout=True,
+            serves_reward_models=True,
             scale_out="Ray cluster (ray job submit); vLLM engines + DeepSpeed actor/ref(/critic), GPUs required",
             notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()] + NOTES + [
                 "rewards are sequence-level: OpenRLHF puts the episode reward on the last generated token and "
@@ -185,8 +187,11 @@ class OpenRLHFBackend:
         notes = [n for n in (kit.foreign_note(self, spec, "OpenRLHF"), warm, late, filtering) if n]
         kit.write_script(out / "launch.sh", _launch_lines(spec, local), notes)
         kit.write_script(out / "submit.sh", _submit_lines(spec, local), notes)
+        rm = served(spec)
         return kit.new_job(self, spec, out, version=__version__, pin=OPENRLHF_PIN,
                            command=["python", "-m", "openrlhf.cli.train_ppo_ray", *local],
+                           reward_server=None if rm is None else ["python", "-m", SERVER_MODULE,
+                                                                  *server_argv(rm, spec)],
                            tasks={"train": len(train), "eval": len(evals)}, multimodal=multimodal,
                            not_run=[warm] if warm else [], notes=notes)
 
@@ -231,12 +236,42 @@ def _args_block(argv: list[str], job: str) -> list[str]:
     return [*lines, ")"]
 
 
-def _model_line(spec: Spec) -> str:
-    if spec.model.path.startswith("builtin:"):
+def _model_line(spec: Spec, path: str | None = None, var: str = "MODEL") -> str:
+    path = spec.model.path if path is None else path
+    if path.startswith("builtin:"):
         resolve = ("\"$PYTHON\" -c 'import sys; from agentbridge.models import resolve_model_path; "
-                   f"print(resolve_model_path(sys.argv[1]))' {shlex.quote(spec.model.path)}")
-        return f'MODEL="${{MODEL:-$({resolve})}}"'
-    return f"MODEL=\"${{MODEL:-{spec.model.path}}}\""
+                   f"print(resolve_model_path(sys.argv[1]))' {shlex.quote(path)}")
+        return f'{var}="${{{var}:-$({resolve})}}"'
+    return f"{var}=\"${{{var}:-{path}}}\""
+
+
+def _reward_server_lines(spec: Spec, *, start: bool) -> list[str]:
+    """The reward-model server's lines: ``RM_ARGS`` (serve_rm's flags, the manifest's ``reward_server``, which
+    ``agentbridge check`` validates with serve_rm's own parser), then in ``launch.sh`` (``start``) start it unless
+    ``AGENTBRIDGE_REWARD_MODEL_URL`` names one already, wait for it and stop it on exit; in ``submit.sh`` require
+    that address."""
+    rm = served(spec)
+    if rm is None:
+        return []
+    lines = ["# the reward model (core/reward_model, serve: backend) is served by OpenRLHF's own serve_rm",
+             _model_line(spec, rm.path, "RM"),
+             "RM_ARGS=(" + " ".join(shlex.quote(a) if a != "@RM@" else '"$RM"' for a in server_argv(rm, spec)) + ")"]
+    if not start:
+        return [*lines, 'if [ "${1:-}" != "--print-args" ]; then',
+                '  case "${AGENTBRIDGE_REWARD_MODEL_URL:-}" in http://*|https://*) ;; *) echo "submit.sh: start '
+                f'the reward model on a cluster node (python -m {SERVER_MODULE} ${{RM_ARGS[*]}} --port PORT) and set '
+                'AGENTBRIDGE_REWARD_MODEL_URL to its http://HOST:PORT/get_reward" >&2; exit 2 ;; esac',
+                "fi"]
+    return [*lines, 'if [ "${1:-}" != "--print-args" ] && [ -z "${AGENTBRIDGE_REWARD_MODEL_URL:-}" ]; then',
+            f'  RM_PORT="${{RM_PORT:-{DEFAULT_PORT}}}"',
+            f'  "$PYTHON" -m "${{RM_SERVER_MODULE:-{SERVER_MODULE}}}" "${{RM_ARGS[@]}}" --port "$RM_PORT" \\',
+            '    > "$OUT/reward_model_server.log" 2>&1 &',
+            "  RM_PID=$!",
+            "  trap 'kill \"$RM_PID\" 2>/dev/null || true' EXIT",
+            '  export AGENTBRIDGE_REWARD_MODEL_URL="$("$PYTHON" -m agentbridge_openrlhf.reward_server url "$RM_PORT")"',
+            '  "$PYTHON" -m agentbridge_openrlhf.reward_server wait "$AGENTBRIDGE_REWARD_MODEL_URL" --pid "$RM_PID" \\',
+            '    --log "$OUT/reward_model_server.log"',
+            "fi"]
 
 
 def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
@@ -259,6 +294,7 @@ def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
         '  export AGENTBRIDGE_RUN_DIR="$(cd "$OUT" && pwd)"',
         "fi",
         *before,
+        *_reward_server_lines(spec, start=True),
         *_args_block(argv, "$JOB"),
         'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
         'mkdir -p "$OUT"',
@@ -273,7 +309,10 @@ def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
 def _submit_lines(spec: Spec, argv: list[str]) -> list[str]:
     # no env_vars: OpenRLHF's train() passes its own to ray.init, and Ray refuses a Job that sets any of the same
     # keys; it takes their values from the driver's environment, which the entrypoint sets
-    env = {"excludes": ["runs/", "out/", "__pycache__/"]}
+    env: dict[str, Any] = {"excludes": ["runs/", "out/", "__pycache__/"]}
+    if served(spec) is not None:  # the workers call the reward-model server: its address travels in the Job's env
+        env["env_vars"] = {"AGENTBRIDGE_REWARD_MODEL_URL": "@RM_URL@"}
+    runtime_env = shlex.quote(json.dumps(env)).replace("@RM_URL@", "'\"$AGENTBRIDGE_REWARD_MODEL_URL\"'")
     return [
         f"# The same job as a Ray job on a GPU cluster (OpenRLHF {OPENRLHF_PIN}). The job directory is the",
         "# working_dir, so paths are relative to it. Every node needs agentbridge-openrlhf[backend] and the spec's",
@@ -288,9 +327,10 @@ def _submit_lines(spec: Spec, argv: list[str]) -> list[str]:
         'PYTHON="${PYTHON:-python3}"',
         _model_line(spec),
         'OUT="${OUT:-out}"  # what --print-args shows without one',
+        *_reward_server_lines(spec, start=False),
         *_args_block(argv, "."),
         'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
         f"exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\\n"
-        f"  --runtime-env-json {shlex.quote(json.dumps(env))} \\\n"
+        f"  --runtime-env-json {runtime_env} \\\n"
         '  -- env TOKENIZERS_PARALLELISM=false python3 -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
     ]

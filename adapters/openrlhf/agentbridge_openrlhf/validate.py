@@ -34,8 +34,8 @@ class ArgsError(ValueError):
     """OpenRLHF's parser or one of its post-parse checks rejected the command line (one line)."""
 
 
-def _main_block() -> tuple[str, list[ast.stmt]]:
-    spec = importlib.util.find_spec("openrlhf.cli.train_ppo_ray")
+def _main_block(module: str = "openrlhf.cli.train_ppo_ray") -> tuple[str, list[ast.stmt]]:
+    spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ArgsError(f"openrlhf is not installed in this interpreter; install openrlhf=={OPENRLHF_PIN}")
     tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
@@ -83,6 +83,56 @@ def parse_args(argv: list[str]) -> Any:
     statements = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
                                           and getattr(s.value.func, "id", "") == "train")]
     return _exec(statements, origin, argv)["args"]
+
+
+def parse_reward_server_args(argv: list[str]) -> Any:
+    """What ``openrlhf.cli.serve_rm`` would serve with ``argv``: its own parser (its ``__main__`` block up to
+    ``args = hierarchize(...)``, from the installed source; the server itself is not started). Raises ``ArgsError``
+    with argparse's one-line reason."""
+    from openrlhf.utils.config import hierarchize
+
+    origin, body = _main_block("openrlhf.cli.serve_rm")
+    upto: list[ast.stmt] = []
+    for statement in body:
+        upto.append(statement)
+        if isinstance(statement, ast.Assign) and getattr(statement.targets[0], "id", "") == "args":
+            break
+    code = compile(ast.Module(body=upto, type_ignores=[]), origin, "exec")
+    ns: dict[str, Any] = {"argparse": argparse, "hierarchize": hierarchize, "__name__": "__main__"}
+    old, sys.argv = sys.argv, ["serve_rm", *argv]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            exec(code, ns)  # noqa: S102 - OpenRLHF's own parser code, from the installed package
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        raise ArgsError((lines[-1] if lines else "argparse rejected the command line").split("error: ", 1)[-1]) \
+            from None
+    finally:
+        sys.argv = old
+    return ns["args"]
+
+
+def reward_server_problems(job_dir: Path, rm_path: str | None) -> list[Problem]:
+    """The job's reward-model server (``manifest.reward_server``) through serve_rm's own parser, and its model:
+    a sequence-classification checkpoint (what serve_rm's ``get_llm_for_sequence_regression`` loads)."""
+    manifest = json.loads((job_dir / "manifest.json").read_text())
+    command = manifest.get("reward_server")
+    if not command:
+        return []
+    argv = [rm_path or "@RM@" if a == "@RM@" else a for a in command[3:]]
+    try:
+        args = parse_reward_server_args([*argv, "--port", "18500"])
+    except ArgsError as e:
+        return [Problem("launch.sh", f"OpenRLHF {OPENRLHF_PIN}'s serve_rm rejects the reward server's flags: {e}")]
+    config = Path(str(args.reward.model_name_or_path)) / "config.json"
+    if rm_path and config.is_file():
+        architectures = json.loads(config.read_text()).get("architectures") or []
+        if architectures and not any(a.endswith("ForSequenceClassification") or a.endswith("RewardModel")
+                                     for a in architectures):
+            return [Problem("reward", f"core/reward_model path {rm_path}: a {architectures[0]}, not a "
+                                      "sequence-classification reward model (serve_rm reads its score head)")]
+    return []
 
 
 def dump_flags() -> dict[str, dict[str, Any]]:
@@ -225,9 +275,24 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
     if semantics is not None:
         semantics.update(semantics_of(args))
     problems += _silent_checks(spec, args, argv, job_dir, tokenizer)
+    problems += reward_server_problems(job_dir, _reward_model_path(spec))
     if tokenizer is not None:  # a hub id not on this machine has no config to read (said in skipped)
         problems += _vlm_checks(model, args)
     return problems
+
+
+def _reward_model_path(spec: Spec) -> str | None:
+    """The local directory of the reward model the job serves (None: none served, or not on this machine)."""
+    from agentbridge.models import resolve_model_path
+    from agentbridge_openrlhf.reward_server import served
+
+    rm = served(spec)
+    if rm is None:
+        return None
+    try:
+        return str(resolve_model_path(rm.path))
+    except Exception:  # noqa: BLE001 - a hub id not on this machine: the flags are still checked
+        return None
 
 
 def _vlm_checks(model: str, args: Any) -> list[Problem]:
