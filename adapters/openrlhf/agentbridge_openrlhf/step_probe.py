@@ -16,7 +16,6 @@ lr, betas, eps and weight decay in ``torch.optim.AdamW`` (DeepSpeed's Adam in ``
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 
@@ -26,36 +25,57 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from agentbridge.conformance.step import optimizer_step
-    from agentbridge_openrlhf.algorithm_probe import policy_loss
+
+    args = job_args(job)
+    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
+    model.train()
+    optimizer = actor_optimizer(model, args)
+    loss = actor_loss(args, model, batch)
+    loss.backward()
+    return optimizer_step(model, optimizer, float(loss.detach()), float(args.actor.max_norm))
+
+
+def job_args(job: Path) -> Any:
+    """The compiled job's arguments as OpenRLHF's own parser makes them (with the CPU stand-ins installed first)."""
     from agentbridge_openrlhf.standins import deepspeed, use_vllm_standin
     from agentbridge_openrlhf.validate import job_argv, parse_args
 
     use_vllm_standin()
     deepspeed.install()  # openrlhf.models opens as a namespace: its loss and utils modules, not the Actor
+    return parse_args(job_argv(Path(job), "model"))
+
+
+def actor_optimizer(model: Any, args: Any) -> Any:
+    """``torch.optim.AdamW`` with the job's ``actor.adam`` settings over OpenRLHF's parameter groups."""
+    import torch
+
+    adam = args.actor.adam
+    return torch.optim.AdamW(_groups(model, adam.weight_decay), lr=adam.lr, betas=tuple(adam.betas), eps=adam.eps)
+
+
+def actor_loss(args: Any, model: Any, batch: dict[str, Any]) -> Any:
+    """OpenRLHF's actor loss on ``batch`` (``input_ids``, ``attention_mask``, ``response_mask``, ``old_logp``,
+    ``ref_logp``, ``advantages``): the policy loss ``PolicyModelActor`` builds, plus its KL loss if the job has one."""
+    from types import SimpleNamespace
+
     from openrlhf.models.loss import aggregate_loss
     from openrlhf.models.utils import compute_approx_kl, log_probs_from_logits
     from openrlhf.utils.loss_utils import get_loss_batch_info
 
-    args = parse_args(job_argv(Path(job), "model"))
-    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
-    model.train()
-    adam = args.actor.adam
-    optimizer = torch.optim.AdamW(_groups(model, adam.weight_decay), lr=adam.lr,
-                                  betas=tuple(adam.betas), eps=adam.eps)
-    loss_fn = policy_loss(args)
+    from agentbridge_openrlhf.algorithm_probe import policy_loss
+
     mask = batch["response_mask"].bool()
     width = mask.shape[1]
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     logp = log_probs_from_logits(logits[:, :-1, :], batch["input_ids"][:, 1:])[:, -width:]
     info = get_loss_batch_info(SimpleNamespace(args=args), mask)
-    loss, *_ = loss_fn(logp, batch["old_logp"], batch["advantages"], action_mask=mask,
-                       rollout_log_probs=batch["old_logp"], **info)
+    loss, *_ = policy_loss(args)(logp, batch["old_logp"], batch["advantages"], action_mask=mask,
+                                 rollout_log_probs=batch["old_logp"], **info)
     if args.algo.kl.use_loss and args.algo.kl.init_coef > 0:
         kl = compute_approx_kl(logp, batch["ref_logp"], log_probs_old=batch["old_logp"],
                                kl_estimator=args.algo.kl.estimator, unbiased_gradient=args.algo.kl.unbiased_gradient)
         loss = loss + aggregate_loss(kl, mask, **info) * args.algo.kl.init_coef
-    loss.backward()
-    return optimizer_step(model, optimizer, float(loss.detach()), float(args.actor.max_norm))
+    return loss
 
 
 NO_DECAY = ("bias", "layer_norm.weight", "layernorm.weight", "norm.weight", "ln_f.weight")  # OpenRLHF's list

@@ -116,8 +116,8 @@ def parse_reward_server_args(argv: list[str]) -> Any:
 def reward_server_problems(job_dir: Path, rm_path: str | None) -> list[Problem]:
     """The job's reward-model server (``manifest.reward_server``) through serve_rm's own parser, and its model:
     a sequence-classification checkpoint (what serve_rm's ``get_llm_for_sequence_regression`` loads)."""
-    manifest = json.loads((job_dir / "manifest.json").read_text())
-    command = manifest.get("reward_server")
+    path = job_dir / "manifest.json"  # written by agentbridge's compile, with the reward server's command
+    command = json.loads(path.read_text()).get("reward_server") if path.is_file() else None
     if not command:
         return []
     argv = [rm_path or "@RM@" if a == "@RM@" else a for a in command[3:]]

@@ -13,13 +13,24 @@ import sys
 import types
 
 
+def empty_deepspeed() -> types.ModuleType:
+    """An empty ``deepspeed`` module with a module spec (``importlib.util.find_spec`` callers, such as
+    transformers' ``is_deepspeed_available`` when peft imports it, raise on a module without one)."""
+    import importlib.machinery
+
+    module = types.ModuleType("deepspeed")
+    module.__spec__ = importlib.machinery.ModuleSpec("deepspeed", None)
+    return module
+
+
 def install() -> None:
     """Put the stand-ins in ``sys.modules`` (idempotent). Call before importing the experience maker."""
     if "openrlhf.trainer.ray.launcher" in sys.modules:
         return
     import openrlhf
 
-    sys.modules.setdefault("deepspeed", types.ModuleType("deepspeed"))
+    if "deepspeed" not in sys.modules:
+        sys.modules["deepspeed"] = empty_deepspeed()
     launcher = types.ModuleType("openrlhf.trainer.ray.launcher")
 
     class RayActorGroup:  # the DeepSpeed actor/ref/critic group; never constructed on the rollout path

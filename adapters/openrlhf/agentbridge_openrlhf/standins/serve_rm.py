@@ -9,20 +9,18 @@ Usage: ``python -m agentbridge_openrlhf.standins.serve_rm [serve_rm's flags]``.
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.util
 import runpy
 import sys
-import types
 from pathlib import Path
+
+from agentbridge_openrlhf.standins.deepspeed import empty_deepspeed
 
 
 def install() -> None:
     """Make ``deepspeed`` and ``flash_attn`` importable here when the real ones are not installed."""
     if importlib.util.find_spec("deepspeed") is None:
-        deepspeed = types.ModuleType("deepspeed")
-        deepspeed.__spec__ = importlib.machinery.ModuleSpec("deepspeed", None)
-        sys.modules["deepspeed"] = deepspeed
+        sys.modules["deepspeed"] = empty_deepspeed()
     if importlib.util.find_spec("flash_attn") is None:
         sys.path.insert(0, str(Path(__file__).resolve().parent / "cpu_serving"))
 

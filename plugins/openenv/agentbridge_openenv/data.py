@@ -1,0 +1,23 @@
+"""Tasks for an OpenEnv server: one reset seed (and reset arguments) per episode, disjoint across splits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentbridge.env import Task
+
+SPLIT_BASE = {"train": 0, "dev": 1_000_000, "eval": 2_000_000, "test": 2_000_000}
+
+
+def openenv_seeds(split: str = "train", size: int = 100, seed: int = 0, reset: dict[str, Any] | None = None,
+                  instruction: str | None = None, group: str = "openenv") -> list[Task]:
+    """``size`` episodes of ``split``: reset seeds ``base + seed * size + i`` (splits never share one), each reset
+    with ``reset`` as keyword arguments; ``instruction`` (optional) opens the first message."""
+    if split not in SPLIT_BASE:
+        raise ValueError(f"split must be train, dev or eval, got {split!r}")
+    first = SPLIT_BASE[split] + seed * size
+    data: dict[str, Any] = {"reset": dict(reset or {}), "group": group}
+    if instruction:
+        data["instruction"] = instruction
+    return [Task(id=f"openenv-{split}-{first + i}", prompt=instruction or f"OpenEnv episode {first + i}",
+                 data={**data, "seed": first + i}) for i in range(size)]
