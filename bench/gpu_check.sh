@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# GPU check for the TRL adapter: train examples/calculator.yaml for a few GRPO steps with TRL on one NVIDIA GPU,
-# with a Qwen2.5-0.5B-shaped random-init model (fp32 master weights, bf16 autocast), and print step time,
-# generated tokens/s and peak GPU memory (read from the run's metrics.jsonl and episodes.jsonl).
+# GPU check: train examples/calculator.yaml for a few GRPO steps with TRL on one NVIDIA GPU, with a
+# Qwen2.5-0.5B-shaped random-init model (fp32 master weights, bf16 autocast), and print step time, generated
+# tokens/s and peak GPU memory (read from the run's metrics.jsonl and episodes.jsonl); then OpenRLHF's actor update
+# (its own loss code, configured by the compiled GPU job examples/calculator.gpu.yaml) on micro-batches of that
+# job's shape with the same model (bench/gpu_openrlhf_step.py). veRL's training code imports Ray at `import verl`
+# (a ~70 MB wheel, more than the machine takes), so its part runs only where verl already imports.
 #
 # Made for a GPU machine with no network whose python3 (3.12) already holds torch, transformers (>= 5.15),
 # accelerate, tokenizers, tiktoken, safetensors, numpy, pandas, pyarrow, setuptools and the other common
@@ -11,8 +14,12 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d bench/gpu_wheels \
 #       trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 pydantic_core==2.50.5 \
-#       annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 dashscope==2.0.2
+#       annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 dashscope==2.0.2 \
+#       pylatexenc==2.11 einops==0.8.2
+#   python3 -m pip wheel --no-deps -w bench/gpu_wheels/pure openrlhf==0.11.2
 #
+# (OpenRLHF publishes no wheel; the one built here is pure Python but tagged for the building interpreter, so the
+# script unpacks it rather than pip-installing it.)
 # (dashscope is carried for its qwen.tiktoken file only: the tokenizer of builtin:tiny-qwen2.5.) The script
 # installs them with `pip install --no-index --no-deps --target` into a scratch folder put first on PYTHONPATH,
 # then builds agentbridge, agentbridge-math and agentbridge-trl from this checkout into the same folder
@@ -76,14 +83,29 @@ if [ -n "$EXTRA_WHEELS" ]; then WHEEL_FILES+=("$EXTRA_WHEELS"/*.whl); fi
 for w in "${WHEEL_FILES[@]}"; do echo "  $(basename "$w")"; done
 PIP=("$PY" -m pip install -q --no-index --no-deps --no-cache-dir --disable-pip-version-check --upgrade --target "$SITE")
 "${PIP[@]}" "${WHEEL_FILES[@]}" || die "installing the wheels failed (see pip's output above)"
+for w in "$WHEELS"/pure/*.whl; do  # pure-Python wheels tagged for another interpreter: unpacked as they are
+  [ -e "$w" ] || die "no OpenRLHF wheel in $WHEELS/pure; build it with the pip wheel command at the top"
+  echo "  $(basename "$w") (unpacked)"
+  "$PY" -c '
+import shutil, sys, zipfile
+from pathlib import Path
+site = Path(sys.argv[2])
+zipfile.ZipFile(sys.argv[1]).extractall(site)
+for purelib in site.glob("*.data/purelib"):
+    for item in purelib.iterdir():
+        shutil.move(str(item), str(site / item.name))
+    shutil.rmtree(purelib.parent)
+' "$w" "$SITE" || die "unpacking $w failed"
+done
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 export AGENTBRIDGE_CACHE=$WORK/cache
 export PIP_NO_INDEX=1
 # non-editable builds (an editable install cannot go to --target); the build/ folders they leave are removed
 NEW_BUILDS=()
-for d in "$ROOT" "$ROOT/plugins/math" "$ROOT/adapters/trl"; do [ -e "$d/build" ] || NEW_BUILDS+=("$d/build"); done
-"${PIP[@]}" --no-build-isolation "$ROOT" "$ROOT/plugins/math" "$ROOT/adapters/trl" \
-  || die "building agentbridge, agentbridge-math or agentbridge-trl failed (needs setuptools >= 68 in $PY)"
+BUILDS=("$ROOT" "$ROOT/plugins/math" "$ROOT/adapters/trl" "$ROOT/adapters/openrlhf")
+for d in "${BUILDS[@]}"; do [ -e "$d/build" ] || NEW_BUILDS+=("$d/build"); done
+"${PIP[@]}" --no-build-isolation "${BUILDS[@]}" \
+  || die "building agentbridge and its math plugin, TRL and OpenRLHF adapters failed (needs setuptools >= 68)"
 rm -rf "${NEW_BUILDS[@]}"
 AGENTBRIDGE=$SITE/bin/agentbridge
 [ -x "$AGENTBRIDGE" ] || die "pip put no agentbridge command in $SITE/bin"
@@ -95,7 +117,7 @@ from packaging.requirements import Requirement
 
 site = os.environ["PYTHONPATH"].split(":")[0]
 for mod in ("torch", "transformers", "accelerate", "tokenizers", "trl", "datasets", "pydantic", "agentbridge",
-            "agentbridge_math", "agentbridge_trl"):
+            "agentbridge_math", "agentbridge_trl", "openrlhf", "agentbridge_openrlhf"):
     m = importlib.import_module(mod)
     path = os.path.abspath(m.__file__)
     where = ("carried" if path.startswith(site) else
@@ -104,10 +126,11 @@ for mod in ("torch", "transformers", "accelerate", "tokenizers", "trl", "dataset
 import torch
 print(f"  torch.cuda.is_available() = {torch.cuda.is_available()}")
 extras = {"agentbridge": {"hf"}, "agentbridge-trl": {"backend"}}
+skip = {"openrlhf"}  # only its loss code runs here (with agentbridge_openrlhf's CPU stand-ins for DeepSpeed)
 unmet = []
 for dist in metadata.distributions(path=[site]):
     name = dist.metadata["Name"]
-    if name == "dashscope":  # carried for its qwen.tiktoken file alone
+    if name == "dashscope" or name in skip:  # carried for its qwen.tiktoken file alone / for its loss code
         continue
     for line in dist.requires or []:
         req = Requirement(line)
@@ -234,5 +257,28 @@ if os.environ.get("OUT"):
     shutil.copy(run / "metrics.jsonl", out / "metrics.jsonl")
     print(f"written: {out}/gpu_check.json, {out}/metrics.jsonl, {out}/gpu_check.log")
 EOF
+
+# ---- 5. OpenRLHF's actor update ---------------------------------------------------------------------------------
+section "5. OpenRLHF actor update (its loss code, the GPU job's shape)"
+ORL_JOB=$WORK/openrlhf-job
+"$AGENTBRIDGE" compile examples/calculator.gpu.yaml --backend openrlhf -o "$ORL_JOB" \
+  || die "compiling examples/calculator.gpu.yaml for OpenRLHF failed"
+ORL_ARGS=(--steps 3 --micro 4)
+if [ "$DRY" = 1 ]; then ORL_ARGS=(--device cpu --steps 2 --micro 1 --length 96 --response 32); fi
+ORL_RC=0
+timeout 180 "$PY" bench/gpu_openrlhf_step.py "$ORL_JOB" "$MODEL" "${ORL_ARGS[@]}" \
+  ${OUT:+--json "$OUT/gpu_check_openrlhf.json"} || ORL_RC=$?
+echo "OpenRLHF actor update: exit $ORL_RC"
+
+# ---- 6. veRL ----------------------------------------------------------------------------------------------------
+section "6. veRL"
+if "$PY" -c "import verl" >/dev/null 2>&1; then
+  echo "verl imports here: its actor update is the veRL adapter's step probe (adapters/verl, one-step conformance)"
+else
+  echo "skipped: \`import verl\` fails here ($("$PY" -c 'import verl' 2>&1 | tail -1)); veRL 0.9.1 imports Ray at"
+  echo "  import time, whose wheel (~70 MB) is more than this machine takes"
+fi
+
 section "done"
 [ "$TRAIN_RC" = 0 ] || [ "$TRAIN_RC" = 124 ] || die "agentbridge train exited $TRAIN_RC"
+[ "$ORL_RC" = 0 ] || die "OpenRLHF's actor update exited $ORL_RC"
