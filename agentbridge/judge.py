@@ -18,6 +18,7 @@ import json
 import os
 import re
 import weakref
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,6 +57,8 @@ class JudgeArgs(BaseModel):
     max_tokens: int = Field(default=32, ge=1, description="The judge's reply budget")
     temperature: float = Field(default=0.0, ge=0, description="The judge's sampling temperature")
     api_key_env: str = Field(default="OPENAI_API_KEY", description="Environment variable holding the API key")
+    cache_size: int = Field(default=100_000, ge=0, description="Replies kept, keyed on the request (the least "
+                            "recently used go first)")
 
 
 def judge_prompt(trajectory: Trajectory, task: Task, input: str) -> str:
@@ -86,7 +89,7 @@ class Judge:
 
     def __init__(self, args: JudgeArgs) -> None:
         self.args = args
-        self.cache: dict[str, float] = {}
+        self.cache: OrderedDict[str, float] = OrderedDict()  # the latest args.cache_size replies, oldest first
         self.requests = 0  # HTTP requests sent, retries included
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, asyncio.Semaphore]] = (
             weakref.WeakKeyDictionary())
@@ -115,9 +118,12 @@ class Judge:
         body = self.body(trajectory, task)
         key = hashlib.sha256(json.dumps([self.args.url, body], sort_keys=True).encode()).hexdigest()
         if key in self.cache:
+            self.cache.move_to_end(key)
             return self.cache[key]
         value = parse_score(await self._post(body), self.args.scale)
         self.cache[key] = value
+        while len(self.cache) > self.args.cache_size:
+            self.cache.popitem(last=False)
         return value
 
     async def _post(self, body: dict[str, Any]) -> str:

@@ -145,6 +145,13 @@ def test_the_judge_scores_every_episode_through_the_server(server: Server) -> No
                                                                               strict=True)})
     run(agent, 12)  # the same requests again: answered from the cache
     assert client.requests == sent
+    small = agent_with_judge(url=server.url, max_concurrency=3, cache_size=4)  # keeps the 4 latest replies
+    run(small, 12)
+    [bounded] = [j for j in judge._JUDGES.values() if j.args.url == server.url and j.args.max_concurrency == 3]
+    assert len(bounded.cache) == 4
+    before = bounded.requests
+    run(small, 12)  # mostly evicted: asked again, the cache never above its size
+    assert bounded.requests > before and len(bounded.cache) == 4
 
 
 def test_a_paused_judge_costs_counted_errors_and_never_blocks_the_loop(judge_model: Path) -> None:
