@@ -118,6 +118,7 @@ FIRST_PARTY_ALGORITHMS: dict[str, list[str]] = {
     "trl": ["dapo", "dr_grpo", "grpo", "gspo"],
     "verl": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
     "openrlhf": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
+    "rlinf": ["dapo", "grpo", "ppo", "reinforce_pp"],
 }
 FIRST_PARTY_TURN_CREDIT = ("verl",)  # first-party backends whose training batch takes per-token rewards
 FIRST_PARTY_SERVING = ("openrlhf",)  # first-party backends whose job serves a reward model (serve: backend)
@@ -131,7 +132,10 @@ def known_capabilities() -> dict[str, Capabilities]:
                                 serves_reward_models=name in FIRST_PARTY_SERVING)
              for name, algos in FIRST_PARTY_ALGORITHMS.items()}
     for name in get_plugins().backends.ids():
-        known[name] = get_plugins().backends.get(name).capabilities()
+        try:
+            known[name] = get_plugins().backends.get(name).capabilities()
+        except Exception:  # noqa: BLE001 - a broken backend package is left out of what the others are told
+            continue
     return known
 
 

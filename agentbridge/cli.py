@@ -361,16 +361,22 @@ def backends(ctx: click.Context) -> None:
     from agentbridge.plugins import get_plugins
 
     registry = get_plugins().backends
-    table = Table("backend", "algorithms", "multimodal", "tool images", "max turns", "async", "scale-out",
-                  "environment")
+    table = Table("backend", "algorithms", "multimodal", "tool images", "max turns", "async", "turn credit",
+                  "serves RMs", "scale-out", "environment")
+    yes = {True: "yes", False: "no"}
     for name in registry.ids():
-        backend = registry.get(name)
-        caps = backend.capabilities()
+        try:
+            backend = registry.get(name)
+            caps = backend.capabilities()
+        except Exception as e:  # noqa: BLE001 - a broken backend package is one row, the others are still listed
+            table.add_row(name, f"broken: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                          *[""] * 8)
+            continue
         python = backend_python(name, getattr(backend, "module", name))
         where = "this one" if python == sys.executable else python or f"none: agentbridge backends setup {name}"
-        table.add_row(name, ", ".join(caps.algorithms), "yes" if caps.multimodal else "no",
-                      "yes" if caps.tool_images else "no", str(caps.max_turns or "spec"),
-                      "yes" if caps.async_rollout else "no", caps.scale_out, where)
+        table.add_row(name, ", ".join(caps.algorithms), yes[caps.multimodal], yes[caps.tool_images],
+                      str(caps.max_turns or "spec"), yes[caps.async_rollout], yes[caps.turn_credit],
+                      yes[caps.serves_reward_models], caps.scale_out, where)
     Console(width=max(160, Console().width)).print(table)
     if not registry.ids():
         click.echo("no backend is installed; pip install agentbridge-trl (or -verl, -openrlhf)")

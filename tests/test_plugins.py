@@ -159,3 +159,26 @@ def test_public_import_face_is_light() -> None:
             "assert Task is agentbridge.env.Task and StepResult is agentbridge.env.StepResult; "
             "heavy = [x for x in ('torch', 'transformers') if x in sys.modules]; assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_broken_backend_package_is_one_row_and_leaves_the_others_alone(fresh_process: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend whose object cannot say its capabilities: `agentbridge backends` lists it as broken, in one row,
+    and compiling for another backend still works (its capability notes skip it)."""
+    from click.testing import CliRunner
+
+    from agentbridge.backends import known_capabilities
+    from agentbridge.cli import main
+
+    class Broken:
+        name = "broken"
+
+    module = plugin("mod_broken_backend", register_backends=lambda register: register(Broken()))
+    monkeypatch.setitem(sys.modules, "mod_broken_backend", module)
+    fresh_process()
+    enable_plugin("mod_broken_backend")
+    result = CliRunner().invoke(main, ["backends"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    cells = " ".join(line.split("│")[2].strip() for line in result.output.splitlines() if line.count("│") > 3)
+    assert "broken: AttributeError: 'Broken' object has no attribute 'capabilities'" in " ".join(cells.split())
+    assert "broken" not in known_capabilities() and "trl" in known_capabilities()

@@ -133,6 +133,11 @@ def test_a_job_whose_nodes_fit_no_node_of_the_cluster_is_refused_before_veRL_wai
     problem = placement_problem(1, 16, gpu_cluster.address)
     assert problem is not None and "has 0 such node(s) (GPUs per node: 8, 8)" in problem
     assert "but the Ray cluster at" in (placement_problem(3, 8, gpu_cluster.address) or "")
+    start = time.monotonic()  # a RAY_ADDRESS nobody answers at: one line at once, not Ray's minute of retries
+    nowhere = placement_problem(2, 8, "127.0.0.1:1")
+    assert nowhere is not None and nowhere.startswith("cannot reach the Ray cluster at RAY_ADDRESS=127.0.0.1:1: "
+                                                      "nothing answers at 127.0.0.1:1")
+    assert time.monotonic() - start < 10
     assert "RAY_ADDRESS is not set" in (placement_problem(2, 8, None) or "")
     assert placement_problem(1, 8, None) is None  # one machine: veRL's own check says it at once
 
