@@ -25,11 +25,14 @@ class Codec:
 
 
 def _grid(env: Any, position: int) -> str:
-    desc = env.unwrapped.desc
-    rows = [[c.decode() for c in row] for row in desc]
-    ncol = len(rows[0])
-    rows[position // ncol][position % ncol] = "@"
-    return "\n".join("".join(r) for r in rows)
+    """The map with ``@`` at ``position``: the map's text is decoded once per env (it never changes)."""
+    base = env.unwrapped
+    text = getattr(base, "_agentbridge_map_text", None)
+    if text is None:
+        text = "\n".join("".join(c.decode() for c in row) for row in base.desc)
+        base._agentbridge_map_text = text
+    at = position + position // len(base.desc[0])  # one newline per row before it
+    return f"{text[:at]}@{text[at + 1:]}"
 
 
 def _frozen_lake_map(seed: int, args: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 from agentbridge.rewards import extract_answer
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.tools import ToolEnvironment
-from agentbridge_reasoning_gym.tasks import entry
+from agentbridge_reasoning_gym.tasks import entry, score_answer_fn
 
 SYSTEM_PROMPT = "Solve the problem. Give only the final answer as <answer>...</answer>."
 
@@ -34,6 +34,4 @@ def verified_score(trajectory: Trajectory, task: Any) -> float:
         return 0.0
     rg = task.data["rg"]
     item = entry(rg["task"], rg["config"], rg["seed"], rg["index"])
-    import reasoning_gym
-
-    return float(reasoning_gym.get_score_answer_fn(rg["task"])(answer, item))
+    return float(score_answer_fn(rg["task"])(answer, item))

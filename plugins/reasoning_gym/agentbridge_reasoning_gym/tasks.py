@@ -35,9 +35,23 @@ def _dataset(name: str, config_key: str, seed: int, size: int) -> Any:
 
 
 def entry(name: str, config: dict[str, Any], seed: int, index: int) -> dict[str, Any]:
-    """reasoning-gym's entry (question, answer, metadata) number ``index`` of a task's generator."""
+    """reasoning-gym's entry (question, answer, metadata) number ``index`` of a task's generator (generated once:
+    the verifier scores every answer to it against this entry; treat it as read-only)."""
+    return _entry(name, _config_key(config), seed, index)
+
+
+@lru_cache(maxsize=1 << 16)
+def _entry(name: str, config_key: str, seed: int, index: int) -> dict[str, Any]:
     block = 1024 * (index // 1024 + 1)  # entries depend on (seed, index) only; the size just bounds the index
-    return _dataset(name, _config_key(config), seed, block)[index]
+    return _dataset(name, config_key, seed, block)[index]
+
+
+@lru_cache(maxsize=256)
+def score_answer_fn(name: str) -> Any:
+    """reasoning-gym's ``score_answer`` of task ``name`` (built once per task)."""
+    import reasoning_gym
+
+    return reasoning_gym.get_score_answer_fn(name)
 
 
 def _tasks_of(names: list[str] | dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
