@@ -46,10 +46,12 @@ def _main_block(module: str = "openrlhf.cli.train_ppo_ray") -> tuple[str, list[a
     raise ArgsError(f"{spec.origin} has no __main__ block; is this openrlhf {OPENRLHF_PIN}?")
 
 
-def _exec(statements: list[ast.stmt], origin: str, argv: list[str]) -> dict[str, Any]:
+def _exec(statements: list[ast.stmt], origin: str, argv: list[str], prog: str = "train_ppo_ray",
+          names: dict[str, Any] | None = None) -> dict[str, Any]:
     code = compile(ast.Module(body=statements, type_ignores=[]), origin, "exec")
-    ns: dict[str, Any] = {"argparse": argparse, "datetime": datetime.datetime, "os": os, "__name__": "__main__"}
-    old, sys.argv = sys.argv, ["train_ppo_ray", *argv]
+    ns: dict[str, Any] = {"argparse": argparse, "datetime": datetime.datetime, "os": os, "__name__": "__main__",
+                          **(names or {})}
+    old, sys.argv = sys.argv, [prog, *argv]
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -97,20 +99,7 @@ def parse_reward_server_args(argv: list[str]) -> Any:
         upto.append(statement)
         if isinstance(statement, ast.Assign) and getattr(statement.targets[0], "id", "") == "args":
             break
-    code = compile(ast.Module(body=upto, type_ignores=[]), origin, "exec")
-    ns: dict[str, Any] = {"argparse": argparse, "hierarchize": hierarchize, "__name__": "__main__"}
-    old, sys.argv = sys.argv, ["serve_rm", *argv]
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            exec(code, ns)  # noqa: S102 - OpenRLHF's own parser code, from the installed package
-    except SystemExit:
-        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        raise ArgsError((lines[-1] if lines else "argparse rejected the command line").split("error: ", 1)[-1]) \
-            from None
-    finally:
-        sys.argv = old
-    return ns["args"]
+    return _exec(upto, origin, argv, prog="serve_rm", names={"hierarchize": hierarchize})["args"]
 
 
 def reward_server_problems(job_dir: Path, rm_path: str | None) -> list[Problem]:
