@@ -38,6 +38,13 @@ FIRST_PARTY: dict[str, dict[str, Any]] = {
     # and the adapter's `cpu` extra brings the part that runs on CPU
     "openrlhf": {"module": "openrlhf", "adapter": "agentbridge-openrlhf", "extra": "backend", "cpu_extra": "cpu",
                  "cpu_pre": [["--no-deps", "openrlhf==0.11.2"]], "gpu": ["openrlhf[vllm]==0.11.2"]},
+    # RLinf 0.3.0's declared dependencies drag in triton (liger_kernel), gsutil, nvitop, swanlab and more: on CPU it
+    # goes in without them and the adapter's `cpu` extra brings what its validator and agent loop import. Its GPU
+    # variant cannot be resolved: the engine extras pin an older transformers than agentbridge's driver needs
+    "rlinf": {"module": "rlinf", "adapter": "agentbridge-rlinf", "extra": "backend", "cpu_extra": "cpu",
+              "cpu_pre": [["--no-deps", "rlinf==0.3.0"]], "gpu": ["rlinf[agentic-sglang]==0.3.0"],
+              "gpu_conflict": "RLinf 0.3.0's engine extras (agentic-sglang, agentic-vllm) pin transformers==4.51.1 "
+                              "and agentbridge[hf] needs transformers>=5.5.3: no one environment holds both"},
 }
 QWEN_VOCAB = ["--no-deps", "dashscope"]  # the real Qwen2.5 vocabulary (qwen.tiktoken) for builtin:tiny-qwen2.5
 
@@ -116,6 +123,8 @@ def recipe(backend: str, *, cpu: bool, plugins: list[str] | None = None, extra: 
     if backend not in FIRST_PARTY:
         raise ValueError(f"backends setup: no recipe for '{backend}' (first-party: {', '.join(FIRST_PARTY)})")
     info = FIRST_PARTY[backend]
+    if not cpu and info.get("gpu_conflict"):
+        raise ValueError(f"backends setup {backend} --gpu: {info['gpu_conflict']}")
     core = source_of("agentbridge", "hf" if backend != "verl" else None)  # veRL pins an older transformers
     adapter_extra = str(info.get("cpu_extra", info["extra"])) if cpu else str(info["extra"])
     packages = [*core, *[a for p in (plugins if plugins is not None else plugin_distributions())

@@ -80,7 +80,7 @@ def test_setup_cli_dry_run_and_unknown_backend() -> None:
     assert result.exit_code == 0 and result.output.splitlines()[0] == "pip install torch==2.13.0"
     bad = CliRunner().invoke(main, ["backends", "setup", "nope"])
     assert bad.exit_code == 1 and bad.output.strip() == (
-        "error: backends setup: no recipe for 'nope' (first-party: trl, verl, openrlhf)")
+        "error: backends setup: no recipe for 'nope' (first-party: trl, verl, openrlhf, rlinf)")
 
 
 def test_backends_lists_where_each_environment_is() -> None:

@@ -1,0 +1,104 @@
+"""RLinf ``AgentLoopWorker`` that runs agentbridge's rollout driver, with RLinf's ``self.generate`` as its policy.
+
+RLinf hands an agent-loop worker each request's prompt ids and answer; the job's dataset puts the task (as JSON) in
+the answer column (``agentbridge_rlinf.data``), so each group rebuilds its task and runs ``group_size`` episodes of
+it through :meth:`AgentBridgeAgentLoopWorker.run_one_query`, RLinf's per-episode hook. Each episode is the driver's
+(same tokens, masks, log-probs and rewards as on every backend); :meth:`get_rollout_result` packs the group with
+RLinf's own code and fills ``RolloutResult.rewards`` with the driver's rewards (the job launches no reward worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from statistics import fmean
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from rlinf.data.io_struct import RolloutResult
+from rlinf.workers.agent.agent_loop import AgentLoopOutput, AgentLoopWorker
+
+from agentbridge.env import Task
+from agentbridge.rollout.agent import Agent
+from agentbridge.rollout.agent_edge import ErrorRateGuard, fit_limits
+from agentbridge.rollout.training import episode_metrics, episode_sample
+from agentbridge.rollout.trajectory import Generation, SamplingParams
+from agentbridge.runs import record_episode
+from agentbridge.spec import load_spec
+from agentbridge_rlinf.data import task_from_answer
+
+
+class ChannelPolicy:
+    """agentbridge's ``Policy`` over RLinf's engine channels (``AgentLoopWorker.generate``): token in, token out.
+
+    The engine samples with the job's ``algorithm.sampling_params`` (compiled from the spec); each request only sets
+    the turn's budget (``max_new_tokens``). Its reply is ``{"output_ids", "finish_reason", "logprobs"}``.
+    """
+
+    def __init__(self, worker: AgentLoopWorker) -> None:
+        self.worker = worker
+        self.calls = 0
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams,
+                       images: list[Any] | None = None) -> Generation:
+        out = await self.worker.generate(list(prompt_ids), {"max_new_tokens": sampling.max_tokens})
+        self.calls += 1
+        ids = [int(t) for t in out["output_ids"]]
+        logprobs = out.get("logprobs")
+        finish = "length" if out.get("finish_reason") == "length" else "stop"
+        return Generation(token_ids=ids, logprobs=[float(x) for x in logprobs] if logprobs is not None else None,
+                          finish_reason=finish)
+
+
+class AgentBridgeAgentLoopWorker(AgentLoopWorker):
+    """Runs one agentbridge episode per RLinf sample: the driver's episodes, packed by RLinf."""
+
+    def __init__(self, cfg: DictConfig, placement: Any) -> None:
+        super().__init__(cfg, placement)
+        self.spec_path = str(cfg.agentbridge.spec_path)
+        self.agent = Agent(load_spec(self.spec_path), self.tokenizer)
+        # RLinf keeps data.max_prompt_length prompt tokens and runner.seq_length in all: the driver cuts to them
+        self.agent.limits = fit_limits(self.agent.limits, max_prompt=int(cfg.data.max_prompt_length),
+                                       max_total=int(cfg.runner.seq_length))
+        self.guard = ErrorRateGuard(self.agent.spec.agent.max_error_rate)
+        self.step_metrics: list[dict[str, float]] = []
+
+    async def run_one_query(self, prompt_ids: list[int], task: Task | None = None) -> AgentLoopOutput:
+        """One episode of ``task`` by the driver, RLinf's engine as its policy (``prompt_ids``: RLinf's rendering
+        of the dataset row; the driver renders the task's prompt itself)."""
+        if task is None:
+            raise ValueError("agentbridge's agent loop runs a task: RLinf's request carried none")
+        (traj,) = await self.agent.run([task], ChannelPolicy(self), concurrency=1)
+        self.guard.record(traj)
+        record_episode(traj, "rlinf")
+        seq = episode_sample(traj, task, self.agent.renderer, self.agent.spec.agent.system_prompt)
+        metrics = episode_metrics(traj)
+        self.step_metrics.append(metrics)
+        return AgentLoopOutput(
+            prompt_ids=seq.prompt_ids, response_ids=seq.response_ids, response_mask=seq.response_mask,
+            response_logprobs=seq.logprobs, num_turns=sum(1 for m in traj.messages if m.get("role") != "system"),
+            is_end=True, reward_score=float(traj.reward),
+            extra_fields={"agentbridge": {"task_id": traj.task_id, "finish_reason": traj.finish_reason,
+                                          "error": traj.error or "", **metrics}})
+
+    async def run_agentloop_rollout_group(self, input_ids: list[int], answer: Any, group_size: int,
+                                          output_channel: Any) -> None:
+        """``group_size`` episodes of the task the request's answer carries, packed into one ``RolloutResult``."""
+        task = task_from_answer(answer)
+        outputs = await asyncio.gather(*(self.run_one_query(copy.deepcopy(input_ids), task=task)
+                                         for _ in range(group_size)))
+        await output_channel.put(self.get_rollout_result(list(outputs), answer), async_op=True).async_wait()
+
+    async def run_agentloop_rollout(self, input_channel: Any, output_channel: Any) -> dict[str, float]:
+        """RLinf's rollout of one request; returns the step's mean episode metrics (RLinf logs them)."""
+        self.step_metrics = []
+        await super().run_agentloop_rollout(input_channel, output_channel)
+        rows, self.step_metrics = self.step_metrics, []
+        return {key: fmean(r[key] for r in rows) for key in rows[0]} if rows else {}
+
+    def get_rollout_result(self, task_results: list[AgentLoopOutput], answer: Any) -> RolloutResult:
+        """RLinf's packing of the group, with the driver's reward of each episode in ``rewards``."""
+        result = super().get_rollout_result(task_results, answer)
+        result.rewards = torch.tensor([float(r.reward_score or 0.0) for r in task_results], dtype=torch.float32)
+        return result

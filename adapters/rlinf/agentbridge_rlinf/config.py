@@ -1,0 +1,264 @@
+"""The spec mapped to RLinf 0.3.0's reasoning-task Hydra config (``runner.task_type: reasoning``).
+
+RLinf reads one YAML with the sections ``cluster``, ``runner``, ``algorithm``, ``data``, ``agentloop``, ``rollout``,
+``reward``, ``actor`` and ``inference`` (plus ``critic`` for PPO). The job's entry (``agentbridge_rlinf.entry``)
+builds RLinf's worker groups with agentbridge's agent-loop worker; ``agentbridge.spec_path`` tells that worker
+where the job's spec is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentbridge.spec import Spec
+
+CONFIG_NAME = "rlinf_job"
+ENTRY_FILE = "entry.py"
+TASK_KEY = "agentbridge_task"  # the dataset column (RLinf's data.answer_key) carrying each task as JSON
+# RLinf 0.3.0's agent loop talks to its engine over channels (rollout_serverless): only its SGLang worker serves them
+ROLLOUT_BACKENDS = ("sglang",)
+TRAINING_BACKENDS = ("fsdp", "megatron")
+
+# agentbridge algorithm -> RLinf ``algorithm.*`` keys (``rlinf/algorithms/advantages.py``, ``losses.py``)
+ALGORITHMS: dict[str, dict[str, Any]] = {
+    "grpo": {"adv_type": "grpo", "loss_type": "actor"},
+    # RLinf's DAPO recipe: GRPO advantages, decoupled clip, token-mean over valid tokens
+    "dapo": {"adv_type": "grpo", "loss_type": "actor", "clip_ratio_low": 0.2, "clip_ratio_high": 0.28,
+             "loss_agg_func": "token-mean", "use_valid_token_scale": True},
+    "reinforce_pp": {"adv_type": "reinpp", "loss_type": "actor"},
+    "ppo": {"adv_type": "gae", "loss_type": "actor_critic"},
+}
+GROUPED = ("grpo", "dapo")
+# why RLinf 0.3.0 cannot run the others (the capability error says it, naming the backends that can)
+WHY_NOT = {
+    "gspo": "RLinf 0.3.0 has no sequence-level importance ratio (no gspo loss)",
+    "rloo": "RLinf 0.3.0 registers no leave-one-out advantage (no rloo)",
+    "dr_grpo": "RLinf 0.3.0's grpo advantage always divides by the group's std and no registered advantage "
+               "drops it",
+}
+# what stands between a compiled job and a GPU run (agentbridge backends setup rlinf --gpu says the same)
+ENV_CONFLICT = ("GPU environment: RLinf 0.3.0's engine extras (agentic-sglang, agentic-vllm) pin "
+                "transformers==4.51.1 and its FSDP actor imports a class transformers 5 removed, while agentbridge's "
+                "driver needs transformers>=5.5.3: the job needs an RLinf build on transformers 5 (RLinf main pins "
+                "SGLang 0.5.12.post1 with transformers 5.6.1)")
+NOTES = [
+    "dapo: RLinf's grpo advantage with clip 0.2/0.28 and token-mean over valid tokens; dynamic sampling and "
+    "overlong shaping are not switched on",
+    "rollout engine: SGLang (RLinf 0.3.0's agent loop reaches its engine over channels only through SGLang)",
+    ENV_CONFLICT,
+]
+
+# backend.options the RLinf adapter understands, with their defaults
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "rollout_backend": "sglang",
+    "training_backend": "fsdp",
+    "model_type": "qwen2.5",  # RLinf's SupportedModel of the policy
+    "precision": "bf16",
+    "micro_batch_size": 1,  # algorithm.training_batch_size_per_gpu
+    "gpu_memory_utilization": 0.6,
+    "tensor_parallel_size": 1,
+    "agent_workers": 1,  # agent-loop workers; RLinf runs one per rollout data-parallel rank
+    "save_interval": -1,
+    "logger": ["tensorboard"],
+}
+OPTIONS = tuple(DEFAULT_OPTIONS)
+
+
+def applies(spec: Spec) -> bool:
+    """Whether the spec's ``backend.options`` / ``backend.overrides`` are RLinf's (it is the spec's backend)."""
+    return spec.backend.name == "rlinf"
+
+
+def options(spec: Spec) -> dict[str, Any]:
+    return {**DEFAULT_OPTIONS, **(spec.backend.options if applies(spec) else {})}
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    node = tree
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as dotted keys (lists and scalars are leaves)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def seq_length(spec: Spec) -> int:
+    """``runner.seq_length``: prompt plus response (RLinf keeps ``seq_length - data.max_prompt_length`` for the
+    response)."""
+    return spec.agent.max_prompt_tokens + spec.agent.max_response_tokens
+
+
+def gpus_per_node(spec: Spec) -> int:
+    return max(1, spec.resources.gpus_per_node)
+
+
+def settings(spec: Spec) -> dict[str, Any]:
+    """Every RLinf key this spec sets, dotted, before ``backend.overrides``."""
+    algo, agent, opts = spec.algorithm, spec.agent, options(spec)
+    micro = int(opts["micro_batch_size"])
+    model = {"model_path": "MODEL_PATH_SET_BY_LAUNCH", "model_type": opts["model_type"],
+             "precision": opts["precision"]}
+    tree: dict[str, Any] = {
+        "agentbridge.spec_path": "spec.yaml",  # launch.sh sets the job's path
+        "cluster.num_nodes": spec.resources.nodes,
+        "cluster.component_placement": {"actor,rollout,reward": "all"},
+        "runner.task_type": "reasoning",
+        "runner.logger.log_path": "${runner.output_dir}/${runner.experiment_name}",
+        "runner.logger.project_name": spec.logging.project or "agentbridge",
+        "runner.logger.experiment_name": "${runner.experiment_name}",
+        "runner.logger.logger_backends": list(opts["logger"]),
+        "runner.max_epochs": algo.steps,  # an epoch has a step at least: the steps end the run
+        "runner.max_steps": algo.steps,
+        "runner.val_check_interval": -1,
+        "runner.save_interval": int(opts["save_interval"]),
+        "runner.seq_length": seq_length(spec),
+        "runner.enable_dynamic_batch_size": False,
+        "runner.resume_dir": None,
+        "runner.experiment_name": spec.name,
+        "runner.output_dir": "runs",
+        "algorithm.group_size": algo.group_size,
+        "algorithm.n_minibatches": 1,
+        "algorithm.training_batch_size_per_gpu": micro,
+        "algorithm.rollout_batch_size_per_gpu": None,
+        "algorithm.logprob_forward_micro_batch_size": micro,
+        "algorithm.val_rollout_batch_size_per_gpu": micro,
+        # the driver keeps the engine's log-probs of every generated token: they are the old log-probs
+        "algorithm.recompute_logprobs": False,
+        "algorithm.shuffle_rollout": False,
+        "algorithm.loss_agg_func": "token-mean",
+        "algorithm.kl_beta": algo.kl_coef,
+        "algorithm.kl_penalty_type": "low_var_kl",
+        "algorithm.ratio_clip_eps": 0.2,
+        "algorithm.entropy_bonus": 0.0,
+        "algorithm.calculate_entropy": False,
+        "algorithm.clip_ratio_c": None,
+        "algorithm.clip_ratio_low": None,
+        "algorithm.clip_ratio_high": None,
+        "algorithm.normalize_advantages": False,
+        "algorithm.use_valid_token_scale": False,
+        "algorithm.sampling_params": {
+            "do_sample": True, "temperature": agent.sampling.temperature, "top_k": agent.sampling.top_k or -1,
+            "top_p": agent.sampling.top_p, "repetition_penalty": 1.0, "max_new_tokens": agent.max_tokens_per_turn,
+            "min_new_tokens": 1},
+        "data.type": "math",
+        "data.max_prompt_length": agent.max_prompt_tokens,
+        "data.filter_prompt_by_length": False,
+        "data.rollout_batch_size": algo.batch_size,
+        "data.val_rollout_batch_size": None,
+        "data.num_workers": 0,
+        "data.prompt_key": "prompt",
+        "data.answer_key": TASK_KEY,
+        "data.apply_chat_template": True,
+        "data.shuffle": True,
+        "data.validation_shuffle": False,
+        "data.seed": spec.seed,
+        "data.train_data_paths": ["data/train.jsonl"],
+        "data.val_data_paths": None,
+        "agentloop.group_name": "AgentLoopGroup",
+        "agentloop.toolcall_parser": None,  # agentbridge's driver parses tool calls
+        "agentloop.max_turns": agent.max_turns,
+        "agentloop.print_outputs": False,
+        "agentloop.is_dynamic_rollout_batch": False,
+        "agentloop.num_workers": int(opts["agent_workers"]),
+        "rollout.group_name": "RolloutGroup",
+        "rollout.gpu_memory_utilization": float(opts["gpu_memory_utilization"]),
+        "rollout.model": model,
+        "rollout.enforce_eager": False,
+        "rollout.distributed_executor_backend": "mp",
+        "rollout.disable_log_stats": False,
+        "rollout.detokenize": False,
+        "rollout.padding": None,
+        "rollout.eos": None,
+        "rollout.return_logprobs": True,
+        "rollout.rollout_backend": opts["rollout_backend"],
+        "rollout.sglang": {"attention_backend": "triton", "decode_log_interval": 500000, "use_torch_compile": False,
+                           "torch_compile_max_bs": 128},
+        "rollout.vllm": {"attention_backend": "FLASH_ATTN", "enable_chunked_prefill": True,
+                         "enable_prefix_caching": True, "enable_flash_infer_sampler": True,
+                         "max_num_batched_tokens": None, "torch_profiler_dir": None},
+        "rollout.tensor_parallel_size": int(opts["tensor_parallel_size"]),
+        "rollout.pipeline_parallel_size": 1,
+        "rollout.max_running_requests": 128,
+        "rollout.cuda_graph_max_bs": 128,
+        "rollout.validate_weight_first_sync": False,
+        "rollout.validate_weight": False,
+        "rollout.validate_save_dir": None,
+        "rollout.print_outputs": False,
+        # the driver scores every episode inside the agent loop: no reward worker is launched
+        "reward.group_name": "RewardGroup",
+        "reward.use_reward_model": False,
+        "reward.reward_type": "agentbridge",
+        "reward.reward_scale": 1.0,
+        "actor.group_name": "ActorGroup",
+        "actor.training_backend": opts["training_backend"],
+        "actor.calculate_flops": False,
+        "actor.seed": spec.seed,
+        "actor.enable_offload": False,
+        "actor.sync_precision": "${rollout.model.precision}",
+        "actor.model": {"model_type": "${rollout.model.model_type}", "model_path": "${rollout.model.model_path}",
+                        "precision": "fp32", "seq_length": "${runner.seq_length}",
+                        "encoder_seq_length": "${runner.seq_length}", "is_lora": False},
+        "actor.optim": {"optimizer": "adam", "lr": algo.lr, "lr_scheduler": "constant",
+                        "total_training_steps": algo.steps,
+                        "lr_warmup_steps_ratio": algo.warmup_steps / max(1, algo.steps),
+                        "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1.0e-8, "min_lr": 0.0,
+                        "weight_decay": 0.0, "clip_grad": 1.0},
+        "actor.tokenizer": {"tokenizer_model": "${rollout.model.model_path}", "use_fast": True,
+                            "trust_remote_code": True, "padding_side": "right"},
+        "actor.fsdp_config": {"strategy": "fsdp2", "sharding_strategy": "full_shard", "gradient_checkpointing": True,
+                              "cpu_offload": False, "offload_pin_memory": True, "reshard_after_forward": True,
+                              "enable_gradient_accumulation": True, "forward_prefetch": False,
+                              "limit_all_gathers": False, "backward_prefetch": None, "use_orig_params": False,
+                              "use_liger_kernel": False,
+                              "mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32",
+                                                  "buffer_dtype": "fp32"},
+                              "amp_autocast": {"enabled": False, "precision": "bf16"},
+                              "grad_scaler": {"enabled": False}},
+        "inference.model_type": "${rollout.model.model_type}",
+        "inference.group_name": "InferenceGroup",
+        "inference.load_from_actor": True,
+        "inference.model": {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
+                            "sequence_parallel": False},
+    }
+    for key, value in ALGORITHMS.get(algo.name, {}).items():
+        tree[f"algorithm.{key}"] = value
+    if algo.name == "ppo":
+        tree["critic"] = {"use_critic_model": True, "training_backend": opts["training_backend"],
+                          "model": "${actor.model}", "optim": {"lr": algo.lr * 10},
+                          "fsdp_config": "${actor.fsdp_config}"}
+    else:
+        tree["critic.use_critic_model"] = False
+    return tree
+
+
+def overrides(spec: Spec) -> dict[str, Any]:
+    """``backend.overrides`` as dotted keys, when they are RLinf's."""
+    return flatten(spec.backend.overrides) if applies(spec) else {}
+
+
+def job_config(spec: Spec) -> dict[str, Any]:
+    """The job's Hydra config: RLinf's reasoning sections with the mapped keys, then the overrides."""
+    tree: dict[str, Any] = {"defaults": ["_self_"], "hydra": {"run": {"dir": "."}, "output_subdir": None}}
+    for key, value in {**settings(spec), **overrides(spec)}.items():
+        set_dotted(tree, key, value)
+    return tree
+
+
+def path_overrides(job: str, model: str, *, has_eval: bool) -> list[str]:
+    """Hydra overrides for the paths that depend on where the job and the model live."""
+    out = [f"agentbridge.spec_path={job}/spec.yaml", f"rollout.model.model_path={model}",
+           f"data.train_data_paths=[{job}/data/train.jsonl]"]
+    if has_eval:
+        out.append(f"data.val_data_paths=[{job}/data/eval.jsonl]")
+    return out

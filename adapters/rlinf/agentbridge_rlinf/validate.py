@@ -1,0 +1,113 @@
+"""RLinf's own checks on a compiled job, run in the RLinf environment (``python -m agentbridge_rlinf.validate JOB``).
+
+* the job's Hydra config composed as ``launch.sh`` composes it (Hydra, with the job's path overrides);
+* ``rlinf.config.validate_reasoning_cfg``: RLinf's reasoning-task validator (log-prob source, batch sizes,
+  ``runner.seq_length`` against ``data.max_prompt_length``, and ``validate_rollout_cfg``: the rollout backend and
+  ``SupportedModel`` of ``rollout.model.model_type``);
+* the algorithm keys against RLinf's own registries (``ADV_REGISTRY``, ``LOSS_REGISTRY``) and loss aggregations;
+* agentbridge's side: the driver's agent for the job's tokenizer, and the agent-loop worker importing.
+
+Not run here: ``rlinf.config.validate_cfg`` as a whole (it starts a Ray cluster and, for Megatron, needs Megatron):
+that is the job environment's check, run by the job's entry before it builds any worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from agentbridge import adapter_kit as kit
+from agentbridge.backends import Problem
+from agentbridge.spec import Spec
+from agentbridge_rlinf import RLINF_PIN
+from agentbridge_rlinf.config import CONFIG_NAME, path_overrides
+
+LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+
+
+def compose_job(job_dir: Path, model: str) -> Any:
+    """The job's config as the entry composes it from ``launch.sh``'s command line (unresolved)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    job_dir = Path(job_dir).resolve()
+    overrides = path_overrides(str(job_dir), model, has_eval=(job_dir / "data" / "eval.jsonl").is_file())
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(job_dir), version_base=None):
+        return compose(config_name=CONFIG_NAME, overrides=overrides)
+
+
+def _algorithm(cfg: Any) -> list[Problem]:
+    import rlinf.algorithms.advantages  # noqa: F401 - registers RLinf's advantages
+    import rlinf.algorithms.losses  # noqa: F401 - registers RLinf's losses
+    from rlinf.algorithms.registry import ADV_REGISTRY, LOSS_REGISTRY
+
+    algo = cfg.algorithm
+    problems = []
+    if str(algo.adv_type).lower() not in ADV_REGISTRY:
+        problems.append(Problem("algorithm.adv_type", f"RLinf registers no advantage '{algo.adv_type}' (it has "
+                                f"{', '.join(sorted(ADV_REGISTRY))})"))
+    if str(algo.loss_type) not in LOSS_REGISTRY:
+        problems.append(Problem("algorithm.loss_type", f"RLinf registers no loss '{algo.loss_type}' (it has "
+                                f"{', '.join(sorted(LOSS_REGISTRY))})"))
+    if algo.loss_agg_func not in LOSS_AGG:
+        problems.append(Problem("algorithm.loss_agg_func", f"must be one of {', '.join(LOSS_AGG)}"))
+    return problems
+
+
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
+    """Every problem RLinf (or agentbridge's side of the job) finds, one line each; RLinf's chatter muted."""
+    level = logging.getLogger().level
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            return _validate(Path(job_dir), [] if skipped is None else skipped, spec)
+        finally:
+            logging.getLogger().setLevel(level)  # rlinf.config sets the root logger to INFO on import
+
+
+def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Problem]:
+    from agentbridge_rlinf.backend import RlinfBackend
+
+    job_dir = Path(job_dir).resolve()
+    start = kit.begin_validation(job_dir, RlinfBackend(), pin=RLINF_PIN, spec=spec,
+                                 install=f"install agentbridge-rlinf[backend] (rlinf=={RLINF_PIN}) or run "
+                                         "`agentbridge backends setup rlinf`")
+    problems, spec, model = start.problems, start.spec, start.model
+    skipped += start.skipped
+    if not start.ready or spec is None:
+        return problems
+    try:
+        cfg = compose_job(job_dir, model)
+    except Exception as e:  # noqa: BLE001 - Hydra's composition errors, one line
+        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"Hydra cannot compose it: {kit.first_line(e)}")]
+    from omegaconf import OmegaConf
+    from rlinf.config import validate_reasoning_cfg
+
+    try:
+        cfg = validate_reasoning_cfg(cfg)
+        OmegaConf.resolve(cfg)
+    except (AssertionError, NotImplementedError, ValueError, KeyError) as e:
+        return [*problems, Problem(f"{CONFIG_NAME}.yaml",
+                                   f"RLinf's validate_reasoning_cfg rejects it: {kit.first_line(e)}")]
+    except Exception as e:  # noqa: BLE001 - OmegaConf's errors (missing keys, interpolations), one line
+        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"RLinf's config does not resolve: {kit.first_line(e)}")]
+    problems += _algorithm(cfg)
+    try:
+        from agentbridge_rlinf.agent_loop import AgentBridgeAgentLoopWorker  # noqa: F401
+    except ImportError as e:
+        problems.append(Problem("agentloop", f"agentbridge's agent-loop worker does not import here: "
+                                f"{kit.first_line(e)}"))
+    skipped.append("rlinf.config.validate_cfg (Ray cluster, placement, FSDP/Megatron actor): run by the job's entry "
+                   "on the cluster")
+    _, agent_problems = kit.agent_check(spec, start.tokenizer)
+    return problems + agent_problems
+
+
+if __name__ == "__main__":
+    sys.exit(kit.validator_main(validate_job, "python -m agentbridge_rlinf.validate"))
