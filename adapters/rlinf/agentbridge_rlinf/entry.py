@@ -4,7 +4,9 @@ RLinf has no config key that selects the agent-loop class, so the job ships this
 directory calls :func:`main`). It follows RLinf's own agent examples: ``validate_cfg``, the cluster and placement,
 the SGLang rollout group, the agent-loop group on the rollout's nodes, the actor group (FSDP or Megatron), RLinf's
 reasoning dataset over the job's rows, then ``AgentRunner`` with no reward worker (the driver scores every episode
-inside the agent loop) and no tool workers (agentbridge's environment runs the tools).
+inside the agent loop) and no tool workers (agentbridge's environment runs the tools). RLinf 0.3.0's
+``rlinf.runners.agent_runner`` imports its Megatron actor module, so the job's environment needs Megatron-LM even
+with ``actor.training_backend: fsdp``.
 """
 
 from __future__ import annotations
