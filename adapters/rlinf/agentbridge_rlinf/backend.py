@@ -26,6 +26,7 @@ from agentbridge_rlinf.config import (
     WHY_NOT,
     gpus_per_node,
     job_config,
+    option_problems,
     options,
     path_overrides,
 )
@@ -58,7 +59,8 @@ class RlinfBackend:
 
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` RLinf cannot run, one line each (needs no RLinf installed)."""
-        problems = [*kit.algorithm_check(self, spec, WHY_NOT), *kit.unknown_options(self, spec, OPTIONS, "RLinf")]
+        problems = [*kit.algorithm_check(self, spec, WHY_NOT), *kit.unknown_options(self, spec, OPTIONS, "RLinf"),
+                    *option_problems(spec)]
         opts = options(spec)
         if opts["rollout_backend"] not in ROLLOUT_BACKENDS:
             problems.append(Problem("backend.options.rollout_backend",

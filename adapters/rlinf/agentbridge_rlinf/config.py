@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 
 CONFIG_NAME = "rlinf_job"
@@ -62,6 +63,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "logger": ["tensorboard"],
 }
 OPTIONS = tuple(DEFAULT_OPTIONS)
+POSITIVE_INTS = ("micro_batch_size", "tensor_parallel_size", "agent_workers")
 
 
 def applies(spec: Spec) -> bool:
@@ -71,6 +73,33 @@ def applies(spec: Spec) -> bool:
 
 def options(spec: Spec) -> dict[str, Any]:
     return {**DEFAULT_OPTIONS, **(spec.backend.options if applies(spec) else {})}
+
+
+def option_problems(spec: Spec) -> list[Problem]:
+    """One problem per RLinf option of the spec whose value has the wrong type or range."""
+    if not applies(spec):
+        return []
+    given = spec.backend.options
+
+    def bad(key: str, want: str) -> Problem:
+        return Problem(f"backend.options.{key}", f"must be {want}, got {given[key]!r}")
+
+    problems = []
+    for key in POSITIVE_INTS:
+        if key in given and (type(given[key]) is not int or given[key] < 1):
+            problems.append(bad(key, "a positive integer"))
+    if "save_interval" in given and type(given["save_interval"]) is not int:
+        problems.append(bad("save_interval", "an integer (-1: no checkpoints)"))
+    memory = given.get("gpu_memory_utilization", 0.5)
+    if type(memory) not in (int, float) or not 0 < memory <= 1:
+        problems.append(bad("gpu_memory_utilization", "a number in (0, 1]"))
+    for key in ("model_type", "precision"):
+        if key in given and not isinstance(given[key], str):
+            problems.append(bad(key, "a string"))
+    logger = given.get("logger", [])
+    if not isinstance(logger, list) or not all(isinstance(x, str) for x in logger):
+        problems.append(bad("logger", "a list of RLinf logger names (e.g. [tensorboard])"))
+    return problems
 
 
 def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:

@@ -53,6 +53,9 @@ def test_a_missing_algorithm_is_one_line_naming_who_can(algo: str, can: str, why
                                                       "megatron, got 'deepspeed'"]),
     (["backend.options.lr_warmup=3"], ["backend.options.lr_warmup: unknown RLinf option"]),
     (["algorithm.name=grpo", "algorithm.group_size=1"], ["algorithm.group_size: grpo computes advantages"]),
+    (["backend.options.micro_batch_size=abc"], ["backend.options.micro_batch_size: must be a positive integer"]),
+    (["backend.options.logger=tensorboard"], ["backend.options.logger: must be a list of RLinf logger names"]),
+    (["backend.options.gpu_memory_utilization=1.5"], ["backend.options.gpu_memory_utilization: must be a number"]),
     (["backend.name=trl", "backend.options.lr_warmup=3"], []),  # another backend's options are not checked here
 ])
 def test_check(sets: list[str], expected: list[str]) -> None:
