@@ -121,7 +121,7 @@ FIRST_PARTY_ALGORITHMS: dict[str, list[str]] = {
     "rlinf": ["dapo", "grpo", "ppo", "reinforce_pp"],
 }
 FIRST_PARTY_TURN_CREDIT = ("verl",)  # first-party backends whose training batch takes per-token rewards
-FIRST_PARTY_SERVING = ("openrlhf",)  # first-party backends whose job serves a reward model (serve: backend)
+FIRST_PARTY_SERVING = ("verl", "openrlhf")  # first-party backends whose job serves a reward model (serve: backend)
 
 
 def known_capabilities() -> dict[str, Capabilities]:

@@ -8,12 +8,18 @@ together (at most ``batch_size`` per forward), in a worker thread: the driver's 
 ``builtin:tiny-rm`` is a random-init tiny one for CPU tests.
 
 Served instead of loaded (``url``, or ``serve: backend``): the texts are built here the same way and scored, in the
-same batches, by a reward-model server speaking OpenRLHF's ``/get_reward`` protocol (``POST {"query": [text, ...]}``
-answered by ``{"rewards": [score, ...]}``; OpenRLHF's own ``openrlhf.cli.serve_rm`` is one). With ``serve:
-backend`` the compiled job starts the backend's server over ``path`` and hands its address to the driver in
-``AGENTBRIDGE_REWARD_MODEL_URL`` (OpenRLHF's ``launch.sh``), so the reward model runs beside the cluster's
-trainer, on its own devices. A server that is down, slow or answers garbage costs those episodes counted reward
-errors (after ``retries``), never the batch.
+same batches, by a reward-model server. Two protocols, told apart by the address's path: OpenRLHF's ``/get_reward``
+(``POST {"query": [text, ...]}`` answered by ``{"rewards": [score, ...]}``; OpenRLHF's own ``openrlhf.cli.serve_rm``
+is one) and vLLM's ``/classify`` (``POST {"model", "input": [text, ...], "use_activation": false,
+"truncate_prompt_tokens"}`` answered by ``{"data": [{"index", "probs": [logit, ...]}, ...]}``, the score being
+``probs[label]``: what veRL's own reward loop asks its reward-model servers, a text at a time). With ``serve:
+backend`` the compiled job serves the model with the backend's own server over ``path`` and hands its address to
+the driver:
+OpenRLHF's ``launch.sh`` starts ``serve_rm`` and exports ``AGENTBRIDGE_REWARD_MODEL_URL``; veRL's trainer starts
+its vLLM reward-model servers behind its reward router on their own GPUs (``reward.reward_model``) and the
+veRL adapter's agent loop finds the router's address and calls :func:`use_backend_server`. So the reward model runs
+beside the cluster's trainer, on its own devices. A server that is down, slow or answers garbage costs those
+episodes counted reward errors (after ``retries``), never the batch.
 """
 
 from __future__ import annotations
@@ -45,9 +51,10 @@ class RewardModelArgs(BaseModel):
     max_length: int = Field(default=2048, ge=8, description="Tokens kept per episode (the end is kept)")
     serve: Literal["here", "backend"] = Field(
         default="here", description="here: the driver's process loads the model; backend: the compiled job serves it "
-        "with the backend's own reward-model server (OpenRLHF's serve_rm) and the driver calls it")
-    url: str | None = Field(default=None, description="A /get_reward server to score with instead of loading the "
-                            "model (default with serve: backend: $AGENTBRIDGE_REWARD_MODEL_URL)")
+        "with the backend's own reward-model server (OpenRLHF's serve_rm, veRL's vLLM reward servers) and "
+        "the driver calls it")
+    url: str | None = Field(default=None, description="A /get_reward or vLLM /classify server to score with instead "
+                            "of loading the model (default with serve: backend: the job's server)")
     timeout_s: float = Field(default=60.0, gt=0, description="Seconds one request to the server may take")
     retries: int = Field(default=2, ge=0, description="Retries after a failed request to the server")
 
@@ -152,13 +159,43 @@ class RewardModel(_Batcher):
         return [float(x) for x in logits.float().cpu()]
 
 
-class ServedRewardModel(_Batcher):
-    """A reward model behind a ``/get_reward`` server: the same texts and batches, scored over HTTP."""
+Protocol = Literal["get_reward", "classify"]
 
-    def __init__(self, args: RewardModelArgs, url: str) -> None:
+
+def protocol_of(url: str) -> Protocol:
+    """The protocol a server's address speaks: vLLM's ``/classify`` by its path, else OpenRLHF's ``/get_reward``."""
+    from urllib.parse import urlparse
+
+    return "classify" if urlparse(url).path.rstrip("/").endswith("/classify") else "get_reward"
+
+
+class ServedRewardModel(_Batcher):
+    """A reward model behind a server (``/get_reward`` or vLLM's ``/classify``): the same texts and batches, scored
+    over HTTP. ``model`` is the name a ``/classify`` server serves the model under (default: ``path``)."""
+
+    def __init__(self, args: RewardModelArgs, url: str, *, model: str | None = None) -> None:
         super().__init__()
-        self.args, self.url = args, url
+        self.args, self.url, self.protocol = args, url, protocol_of(url)
+        self.model = model or args.path
         self.tokenizer = _tokenizer(args.path) if args.template == "chat" else None
+
+    def request(self, texts: list[str]) -> dict[str, Any]:
+        """The JSON body that asks the server for the scores of ``texts``."""
+        if self.protocol == "classify":  # raw logits, the end of each text kept (as the model loaded here does)
+            return {"model": self.model, "input": texts, "use_activation": False,
+                    "truncate_prompt_tokens": self.args.max_length}
+        return {"query": texts}
+
+    def scores(self, answer: Any, n: int) -> list[float]:
+        """The ``n`` scores in the server's answer (``ValueError`` when it does not hold them)."""
+        if self.protocol == "classify":
+            data = sorted(answer["data"], key=lambda d: int(d["index"]))
+            rewards = [d["probs"][self.args.label] for d in data]
+        else:
+            rewards = answer["rewards"]
+        if not isinstance(rewards, list) or len(rewards) != n:
+            raise ValueError(f"{len(rewards) if isinstance(rewards, list) else 'no'} rewards for {n} texts")
+        return [float(r) for r in rewards]
 
     def score_batch(self, texts: list[str]) -> list[float]:
         """The server's scores of ``texts`` in one request (blocking; retried with backoff)."""
@@ -166,7 +203,7 @@ class ServedRewardModel(_Batcher):
         import time
         import urllib.request
 
-        body = json.dumps({"query": texts}).encode()
+        body = json.dumps(self.request(texts)).encode()
         error = ""
         for attempt in range(self.args.retries + 1):
             if attempt:
@@ -174,11 +211,7 @@ class ServedRewardModel(_Batcher):
             try:
                 request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"})
                 with urllib.request.urlopen(request, timeout=self.args.timeout_s) as response:
-                    rewards = json.loads(response.read())["rewards"]
-                if not isinstance(rewards, list) or len(rewards) != len(texts):
-                    raise ValueError(f"{len(rewards) if isinstance(rewards, list) else 'no'} rewards for "
-                                     f"{len(texts)} texts")
-                scores = [float(r) for r in rewards]
+                    scores = self.scores(json.loads(response.read()), len(texts))
             except Exception as e:  # noqa: BLE001 - retried, then one line for the episodes of the batch
                 error = f"{type(e).__name__}: {e}"
                 continue
@@ -206,6 +239,17 @@ def backend_served(spec: Any) -> list[RewardModelArgs]:
     return out
 
 
+_BACKEND: dict[str, str] = {}  # the job's server as the backend's adapter found it in this process
+
+
+def use_backend_server(url: str | None, *, model: str | None = None, problem: str = "") -> None:
+    """Score ``serve: backend`` reward models in this process at ``url`` (served as ``model``), as the backend's
+    adapter found the job's server; with no ``url``, ``problem`` says why it found none (each episode's reward
+    error then says so)."""
+    global _BACKEND
+    _BACKEND = {"url": url, "model": model or ""} if url else {"problem": problem} if problem else {}
+
+
 def served_url(args: RewardModelArgs) -> str | None:
     """The server that scores for ``args``: ``url``, or with ``serve: backend`` the job's; None to load the model."""
     import os
@@ -213,10 +257,12 @@ def served_url(args: RewardModelArgs) -> str | None:
     if args.url:
         return args.url
     if args.serve == "backend":
-        url = os.environ.get(URL_ENV)
+        backend = _BACKEND
+        url = backend.get("url") or os.environ.get(URL_ENV)
         if not url:
-            raise RuntimeError(f"serve: backend, but {URL_ENV} is not set: the compiled job's launch script starts "
-                               "the backend's reward-model server and sets it (or give args.url)")
+            raise RuntimeError(backend.get("problem") or f"serve: backend, but {URL_ENV} is not set: the compiled "
+                               "job's launch script starts the backend's reward-model server and sets it (or give "
+                               "args.url)")
         return url
     return None
 
@@ -226,7 +272,9 @@ def _load(args: RewardModelArgs, key: str) -> _Batcher:
     with _LOAD_LOCK:
         if key not in _MODELS:
             url = served_url(args)
-            _MODELS[key] = ServedRewardModel(args, url) if url else RewardModel(args)
+            backend = _BACKEND
+            model = backend.get("model") if url == backend.get("url") else None
+            _MODELS[key] = ServedRewardModel(args, url, model=model) if url else RewardModel(args)
         return _MODELS[key]
 
 

@@ -64,14 +64,36 @@ def test_sigmoid_squashes_the_logit_and_a_missing_model_costs_counted_errors(tmp
     assert all("no-model" in (t.error or "") for t in broken) and all(t.finish_reason == "done" for t in broken)
 
 
-@pytest.mark.parametrize("backend", ["trl", "verl"])
-def test_a_backend_whose_job_serves_no_reward_model_refuses_serve_backend(backend: str, tmp_path: Path) -> None:
-    """``core/reward_model`` with ``serve: backend`` needs a job that serves it (OpenRLHF's, with its serve_rm);
-    elsewhere every episode would score a reward error, so the compile refuses, naming the backends that serve."""
+def test_a_backend_whose_job_serves_no_reward_model_refuses_serve_backend(tmp_path: Path) -> None:
+    """``core/reward_model`` with ``serve: backend`` needs a job that serves it (OpenRLHF's serve_rm, veRL's vLLM
+    reward-model servers); elsewhere every episode would score a reward error, so the compile refuses, naming the
+    backends that serve."""
     rm = json.dumps([{"id": "core/reward_model", "args": {"path": "builtin:tiny-rm", "serve": "backend"}}])
-    spec = load_spec("examples/calculator.yaml", [f"reward={rm}", f"backend.name={backend}"])
-    with pytest.raises(SpecError, match=rf"reward: core/reward_model serve: backend: the {backend} job serves no "
-                       r"reward model \(jobs that do: openrlhf\)"):
-        compile_job(spec, get_backend(backend), tmp_path / "job")
+    spec = load_spec("examples/calculator.yaml", [f"reward={rm}", "backend.name=trl"])
+    with pytest.raises(SpecError, match=r"reward: core/reward_model serve: backend: the trl job serves no "
+                       r"reward model \(jobs that do: verl, openrlhf\)"):
+        compile_job(spec, get_backend("trl"), tmp_path / "job")
     url = json.dumps([{"id": "core/reward_model", "args": {"path": "builtin:tiny-rm", "url": "http://h:1/get_reward"}}])
-    compile_job(load_spec("examples/calculator.yaml", [f"reward={url}"]), get_backend(backend), tmp_path / "url")
+    compile_job(load_spec("examples/calculator.yaml", [f"reward={url}"]), get_backend("trl"), tmp_path / "url")
+
+
+def test_the_servers_protocol_is_told_by_its_path_and_a_backend_that_found_no_server_says_why() -> None:
+    """``/classify`` is vLLM's (veRL's reward-model servers), anything else OpenRLHF's ``/get_reward``; a backend
+    adapter that found no server for ``serve: backend`` leaves its reason in each episode's reward error."""
+    args = reward_model.RewardModelArgs(path="builtin:tiny-rm", label=0, max_length=64)
+    vllm = reward_model.ServedRewardModel(args, "http://10.0.0.1:8000/classify", model="/models/rm")
+    assert vllm.protocol == "classify" and vllm.request(["a", "b"]) == {
+        "model": "/models/rm", "input": ["a", "b"], "use_activation": False, "truncate_prompt_tokens": 64}
+    answer = {"data": [{"index": 1, "probs": [0.5]}, {"index": 0, "probs": [-1.5]}]}  # in any order
+    assert vllm.scores(answer, 2) == [-1.5, 0.5]
+    with pytest.raises(ValueError, match="1 rewards for 2 texts"):
+        vllm.scores({"data": [{"index": 0, "probs": [1.0]}]}, 2)
+    openrlhf = reward_model.ServedRewardModel(args, "http://h:1/get_reward")
+    assert openrlhf.protocol == "get_reward" and openrlhf.request(["a"]) == {"query": ["a"]}
+    try:
+        reward_model.use_backend_server(None, problem="serve: backend on veRL: no reward-loop worker")
+        trajs = run(agent_with({"path": "builtin:tiny-rm", "serve": "backend", "batch_size": 3}), 2)
+    finally:
+        reward_model.use_backend_server(None)
+    assert all(t.metrics["reward/errors"] == 1 and t.finish_reason == "done" for t in trajs)
+    assert "serve: backend on veRL: no reward-loop worker" in (trajs[0].error or "")

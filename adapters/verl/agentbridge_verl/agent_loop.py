@@ -22,6 +22,7 @@ from agentbridge.runs import record_episode
 from agentbridge.spec import load_spec
 from agentbridge_verl.data import task_from_row
 from agentbridge_verl.reward import REWARD_INFO_KEY, reward_extra_info
+from agentbridge_verl.reward_server import connect
 from agentbridge_verl.server_policy import ServerPolicy
 
 _AGENTS: dict[tuple[str, int, int, int], Agent] = {}
@@ -127,6 +128,7 @@ class AgentBridgeAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Rebuild the task from ``extra_info``, run the driver with veRL's server as policy, convert."""
+        await connect(self.config, self.agent.spec)  # a served reward model: through veRL's reward router
         task = task_from_row(kwargs.get("extra_info"))
         policy = ServerPolicy(self.server_manager, sampling_params)
         (traj,) = await self.agent.run([task], policy, concurrency=1)

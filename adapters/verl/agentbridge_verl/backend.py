@@ -21,6 +21,7 @@ from agentbridge_verl.config import (
     CONFIG_NAME,
     OPTIONS,
     REWARD_FILE,
+    REWARD_MODEL_ENGINE,
     ROLLOUT_ENGINES,
     agent_loop_entries,
     agent_workers,
@@ -28,6 +29,7 @@ from agentbridge_verl.config import (
     n_gpus_per_node,
     options,
     path_overrides,
+    served_reward_model,
 )
 from agentbridge_verl.data import write_parquet
 
@@ -61,8 +63,9 @@ class VerlBackend:
     def capabilities(self) -> Capabilities:
         return Capabilities(
             algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None, async_rollout=True,
-            turn_credit=True,
-            scale_out="Ray cluster: ray job submit (trainer.nnodes x n_gpus_per_node), vLLM/SGLang rollout servers",
+            turn_credit=True, serves_reward_models=True,
+            scale_out="Ray cluster: ray job submit (trainer.nnodes x n_gpus_per_node), vLLM/SGLang rollout servers, "
+                      "vLLM reward-model servers on a GPU pool of their own",
             notes=[*NOTES, "images: Qwen2-VL / Qwen2.5-VL / Qwen3-VL processors only (veRL binds no others)",
                    f"training needs GPUs (veRL {VERL_PIN} has no CPU trainer); the agent loop and validation run "
                    "on CPU"])
@@ -77,6 +80,7 @@ class VerlBackend:
         if spec.algorithm.name in GROUPED and spec.algorithm.group_size < 2:
             problems.append(Problem("algorithm.group_size", f"{spec.algorithm.name} computes advantages within a "
                                     "group: it needs at least 2 samples per prompt"))
+        problems += _reward_model_problems(spec)
         if spec.algorithm.credit == "turn" and not _v1_trainer(spec):
             problems.append(Problem("algorithm.credit", "turn credit reaches veRL through its V1 trainer's "
                                     "per-token rm_scores; backend.overrides turns the V1 trainer off "
@@ -121,6 +125,36 @@ class VerlBackend:
         return kit.launch_job(job, runner, run_dir, self, label="veRL", extra_args=extra_args or ())
 
 
+REWARD_MODEL_OPTIONS = {"reward_model_nodes": int, "reward_model_gpus_per_node": int,
+                        "reward_model_tensor_parallel_size": int, "reward_model_gpu_memory_utilization": float}
+
+
+def _reward_model_problems(spec: Spec) -> list[Problem]:
+    """The served reward model's options: counts of at least 1, a memory share in (0, 1], a pool that holds one
+    server at least (veRL's ``RewardModelManager`` asserts it when the trainer starts)."""
+    try:
+        if served_reward_model(spec) is None:
+            return []
+    except ValueError:  # bad reward args: the spec checks say so, with where
+        return []
+    opts, problems = options(spec), []
+    for key, kind in REWARD_MODEL_OPTIONS.items():
+        value = opts[key]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            0 < value <= 1 if kind is float else isinstance(value, int) and value >= 1)
+        if not ok:
+            want = "a number in (0, 1]" if kind is float else "an integer >= 1"
+            problems.append(Problem(f"backend.options.{key}", f"must be {want}, got {value!r}"))
+    if problems:
+        return problems
+    pool = opts["reward_model_nodes"] * opts["reward_model_gpus_per_node"]
+    if pool < opts["reward_model_tensor_parallel_size"]:
+        problems.append(Problem("backend.options.reward_model_tensor_parallel_size", f"one reward-model server "
+                                f"needs {opts['reward_model_tensor_parallel_size']} GPUs, its pool has {pool} "
+                                "(reward_model_nodes x reward_model_gpus_per_node)"))
+    return problems
+
+
 def compile_notes(spec: Spec) -> list[str]:
     """What the veRL job does differently from the spec (kept in the manifest and at the top of launch.sh), besides
     leaving out another backend's options."""
@@ -136,6 +170,12 @@ def compile_notes(spec: Spec) -> list[str]:
                      "veRL's trainer")
     if spec.resources.gpus_per_node == 0:
         notes.append("resources.gpus_per_node is 0, but veRL's trainer needs GPUs: compiled for 1 GPU per node")
+    if served_reward_model(spec) is not None:
+        opts = options(spec)
+        notes.append(f"core/reward_model serve: backend: veRL serves it with {REWARD_MODEL_ENGINE} on a GPU pool of "
+                     f"its own, {opts['reward_model_nodes']} node(s) x {opts['reward_model_gpus_per_node']} GPU(s) "
+                     "beside the trainer's (backend.options.reward_model_*), and the agent loop scores through "
+                     "veRL's reward router")
     return notes
 
 
@@ -145,15 +185,18 @@ def verl_python() -> str:
 
 
 def _model_lines(spec: Spec) -> list[str]:
-    """``MODEL``: a builtin is built (cached) by agentbridge; anything else goes to veRL verbatim."""
-    if spec.model.path.startswith("builtin:"):
-        resolve = "import sys; from agentbridge.models import resolve_model_path as r; print(r(sys.argv[1]))"
-        return [f"MODEL=\"${{MODEL:-$(\"$PYTHON\" -c {shlex.quote(resolve)} {shlex.quote(spec.model.path)})}}\""]
-    return [f"MODEL=\"${{MODEL:-{spec.model.path}}}\""]
+    """``MODEL`` (and ``RM_MODEL``, a served reward model): a builtin is built (cached) by agentbridge; anything
+    else goes to veRL verbatim."""
+    served = served_reward_model(spec)
+    models = [("MODEL", spec.model.path), *([("RM_MODEL", served.path)] if served is not None else [])]
+    resolve = "import sys; from agentbridge.models import resolve_model_path as r; print(r(sys.argv[1]))"
+    return [f"{var}=\"${{{var}:-$(\"$PYTHON\" -c {shlex.quote(resolve)} {shlex.quote(path)})}}\""
+            if path.startswith("builtin:") else f"{var}=\"${{{var}:-{path}}}\"" for var, path in models]
 
 
 def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
-    paths = " \\\n  ".join(f'"{o}"' for o in path_overrides(spec, "$ROOT", "$MODEL", has_eval=has_eval))
+    paths = " \\\n  ".join(f'"{o}"' for o in path_overrides(spec, "$ROOT", "$MODEL", has_eval=has_eval,
+                                                              reward_model="$RM_MODEL"))
     step = '$(cat "$RUN_DIR/checkpoints/latest_checkpointed_iteration.txt" 2>/dev/null || echo none)'
     before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR",
                                  checkpoint=f"$RUN_DIR/checkpoints/global_step_{step}/actor/huggingface")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentbridge.reward_model import RewardModelArgs, backend_served
 from agentbridge.spec.schema import Spec
 from agentbridge_verl.algorithms import ALGORITHMS, needs_critic
 
@@ -16,6 +17,7 @@ AGENT_NAME = "agentbridge"
 CONFIG_NAME = "agentbridge_job"
 AGENT_LOOP_TARGET = "agentbridge_verl.agent_loop.AgentBridgeAgentLoop"
 REWARD_FILE = "reward.py"
+REWARD_MODEL_ENGINE = "vllm"  # the driver scores through vLLM's /classify, the request veRL's reward loop sends
 AGENT_LOOP_FILE = "agent_loop.yaml"
 
 # options a spec may set under backend.options, and their defaults
@@ -29,6 +31,12 @@ OPTIONS: dict[str, Any] = {
     "logger": ["console"],
     "save_freq": 100,                 # veRL's recipes; the V1 trainer also saves at the last step when > 0
     "test_freq": -1,
+    # core/reward_model with serve: backend: veRL's vLLM reward-model servers, on a GPU pool of their own
+    # (reward.reward_model.enable_resource_pool): one server per reward_model_tensor_parallel_size GPUs of it
+    "reward_model_nodes": 1,
+    "reward_model_gpus_per_node": 1,
+    "reward_model_tensor_parallel_size": 1,
+    "reward_model_gpu_memory_utilization": 0.85,
 }
 ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -139,12 +147,44 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
         "trainer.val_before_train": False,
         **ALGORITHMS.get(algo.name, {}),
     }
+    settings.update(reward_model_settings(spec))
     if needs_critic(algo.name):
         settings.update({
             "critic.optim.lr": algo.lr * 10,
             "critic.ppo_micro_batch_size_per_gpu": micro,
         })
     return settings
+
+
+def served_reward_model(spec: Spec) -> RewardModelArgs | None:
+    """The reward model the job serves (``core/reward_model`` with ``serve: backend``), or None."""
+    models = backend_served(spec)
+    return models[0] if models else None
+
+
+def reward_model_settings(spec: Spec) -> dict[str, Any]:
+    """veRL's reward-model server for a served ``core/reward_model`` (its ``model_path`` comes from ``launch.sh``).
+
+    On a pool of its own (``enable_resource_pool``): the agent loop scores each episode as it ends, while the
+    rollout runs, and veRL wakes a reward model that shares the trainer's GPUs only for its own scoring after the
+    rollout. ``free_cache_engine`` off: veRL puts the servers to sleep at start when it is on and, with a pool of
+    their own, never wakes them. One vLLM server per ``reward_model_tensor_parallel_size`` GPUs of the pool, behind
+    veRL's reward router: more GPUs, more servers.
+    """
+    if served_reward_model(spec) is None:
+        return {}
+    opts = options(spec)
+    rm = "reward.reward_model"
+    return {
+        f"{rm}.enable": True,
+        f"{rm}.enable_resource_pool": True,
+        f"{rm}.nnodes": int(opts["reward_model_nodes"]),
+        f"{rm}.n_gpus_per_node": int(opts["reward_model_gpus_per_node"]),
+        f"{rm}.rollout.name": REWARD_MODEL_ENGINE,
+        f"{rm}.rollout.tensor_model_parallel_size": int(opts["reward_model_tensor_parallel_size"]),
+        f"{rm}.rollout.gpu_memory_utilization": float(opts["reward_model_gpu_memory_utilization"]),
+        f"{rm}.rollout.free_cache_engine": False,
+    }
 
 
 def overrides(spec: Spec) -> dict[str, Any]:
@@ -160,8 +200,9 @@ def job_config(spec: Spec) -> dict[str, Any]:
     return {"hydra": {"searchpath": ["pkg://verl.trainer.config"]}, "defaults": ["ppo_trainer", "_self_"], **tree}
 
 
-def path_overrides(spec: Spec, job: str, model: str, *, has_eval: bool) -> list[str]:
-    """Hydra overrides for the paths that depend on where the job and the model live."""
+def path_overrides(spec: Spec, job: str, model: str, *, has_eval: bool, reward_model: str | None = None) -> list[str]:
+    """Hydra overrides for the paths that depend on where the job and the models live (``reward_model``: where
+    the served reward model is, default its ``path``)."""
     data = f"{job}/data"
     out = [
         f"data.train_files={data}/train.parquet",
@@ -172,6 +213,9 @@ def path_overrides(spec: Spec, job: str, model: str, *, has_eval: bool) -> list[
     ]
     if needs_critic(spec.algorithm.name):
         out.append(f"critic.model.path={model}")
+    served = served_reward_model(spec)
+    if served is not None:
+        out.append(f"reward.reward_model.model_path={reward_model or served.path}")
     return out
 
 

@@ -3,8 +3,9 @@
 Composes the job's Hydra config (extending ``ppo_trainer``), runs ``validate_config`` and the typed config
 dataclasses as ``main_ppo`` does, loads the reward function, reward manager, agent-loop class and the advantage /
 policy-loss functions, checks that the trainer ``trainer.use_v1`` selects can start (the V1 trainer needs
-TransferQueue), and rejects keys veRL would silently ignore. Run as
-``python -m agentbridge_verl.validate JOB_DIR [--json]`` in the veRL environment.
+TransferQueue) and that a served reward model's server can start (``reward.reward_model``: its typed config, the
+trainer's resource pools, ``RewardModelManager``'s asserts, its model), and rejects keys veRL would silently ignore.
+Run as ``python -m agentbridge_verl.validate JOB_DIR [--json]`` in the veRL environment.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from agentbridge import adapter_kit as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 from agentbridge_verl import VERL_PIN
-from agentbridge_verl.config import AGENT_LOOP_FILE, CONFIG_NAME, flatten, path_overrides
+from agentbridge_verl.config import (
+    AGENT_LOOP_FILE,
+    CONFIG_NAME,
+    REWARD_MODEL_ENGINE,
+    flatten,
+    path_overrides,
+    served_reward_model,
+)
 
 # legacy top-level keys that still compose in 0.9.1 but main_ppo never reads (only fully_async_main migrates them)
 LEGACY_PREFIXES = {
@@ -266,13 +274,99 @@ def _attention(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
                            "actor_rollout_ref.model.use_remove_padding=false")]
 
 
+def reward_model_path(spec: Spec) -> str | None:
+    """Where the served reward model is on this machine (``launch.sh``'s ``RM_MODEL``), else its ``path``."""
+    from agentbridge.models import resolve_model_path
+
+    served = served_reward_model(spec)
+    if served is None:
+        return None
+    try:
+        return str(resolve_model_path(served.path))
+    except Exception:  # noqa: BLE001 - not on this machine: veRL is given the path as written
+        return served.path
+
+
+def _reward_model(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
+    """veRL's reward-model server, as the trainer starts it: the typed ``RewardModelConfig``, the trainer's
+    resource pools (``PPOTrainer._init_resource_pool_mgr``), ``RewardModelManager``'s asserts (a pool that holds
+    one server at least, a tokenizer), its ``HFModelConfig`` of ``model_path``; and what the agent loop's
+    scoring needs: a served reward model enabled on a pool of its own, awake, on vLLM, a classification head."""
+    from types import SimpleNamespace
+
+    from verl.utils.config import omega_conf_to_dataclass
+
+    rm, where = cfg.reward.reward_model, "reward.reward_model"
+    served = served_reward_model(spec)
+    if not rm.enable:
+        return [] if served is None else [Problem(f"{where}.enable", "core/reward_model serve: backend needs veRL's "
+                                                  "reward-model server; backend.overrides turns it off")]
+    try:
+        config = omega_conf_to_dataclass(rm)
+    except Exception as e:  # noqa: BLE001
+        return [Problem(where, f"veRL rejects it: {_first_line(e)}")]
+    try:
+        from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+        trainer = SimpleNamespace(config=cfg.copy())
+        PPOTrainer._init_resource_pool_mgr(trainer)  # type: ignore[arg-type]  # reads config, sets the pools
+        pools = trainer.resource_pool_manager.resource_pool_spec  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001
+        return [Problem(where, f"veRL's trainer rejects its resource pool: {_first_line(e)}")]
+    r = config.rollout
+    per_server = r.tensor_model_parallel_size * r.data_parallel_size * r.pipeline_model_parallel_size
+    gpus = sum(pools.get("reward_pool") or pools["global_pool"])
+    if gpus // per_server <= 0:  # RewardModelManager._initialize_llm_servers's assert
+        return [Problem(f"{where}.rollout.tensor_model_parallel_size", f"not enough GPUs to run the reward model: "
+                        f"its pool has {gpus}, one server needs {per_server} (tensor x data x pipeline parallel)")]
+    problems = []
+    if r.skip_tokenizer_init:
+        problems.append(Problem(f"{where}.rollout.skip_tokenizer_init", "veRL's reward model needs its tokenizer "
+                                "(RewardModelManager asserts it is false)"))
+    if served is None:
+        return problems
+    if not rm.enable_resource_pool:
+        problems.append(Problem(f"{where}.enable_resource_pool", "must be true: the agent loop scores each episode "
+                                "while the rollout runs, and veRL wakes a reward model on the trainer's GPUs only "
+                                "after it"))
+    elif r.free_cache_engine:
+        problems.append(Problem(f"{where}.rollout.free_cache_engine", "must be false: veRL puts the reward-model "
+                                "servers to sleep at start and, on a pool of their own, never wakes them"))
+    if r.name != REWARD_MODEL_ENGINE:
+        problems.append(Problem(f"{where}.rollout.name", f"must be {REWARD_MODEL_ENGINE}: the driver scores "
+                                f"through vLLM's /classify, got {r.name!r}"))
+    path = Path(str(rm.model_path or ""))
+    if not (path / "config.json").is_file():
+        skipped.append(f"{where}.model_path: {rm.model_path} is not on this machine; its config is not read here")
+        return problems
+    try:
+        from verl.workers.config import HFModelConfig
+
+        hf_config = HFModelConfig(path=str(path)).hf_config  # as RewardModelManager builds it
+    except Exception as e:  # noqa: BLE001
+        return [*problems, Problem(f"{where}.model_path", f"veRL cannot load it: {_first_line(e)}")]
+    architectures = getattr(hf_config, "architectures", None) or []
+    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+        problems.append(Problem("reward", f"core/reward_model path {served.path}: a {architectures[0]}, not a "
+                                "sequence-classification reward model (vLLM's /classify reads its score head)"))
+    elif served.label >= int(getattr(hf_config, "num_labels", 1)):
+        problems.append(Problem("reward", f"core/reward_model label {served.label}: the model has "
+                                f"{hf_config.num_labels} output(s)"))
+    context = getattr(hf_config, "max_position_embeddings", None)
+    if isinstance(context, int) and served.max_length > context:  # vLLM refuses truncate_prompt_tokens above it
+        problems.append(Problem("reward", f"core/reward_model max_length {served.max_length}: the model reads "
+                                f"{context} tokens at most (vLLM refuses longer truncate_prompt_tokens)"))
+    return problems
+
+
 def compose_job(job_dir: Path, spec: Any, model: str) -> Any:
     """The job's trainer config as ``main_ppo`` composes it from ``launch.sh``'s command line (unresolved)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     job_dir = Path(job_dir).resolve()
-    overrides = path_overrides(spec, str(job_dir), model, has_eval=(job_dir / "data" / "eval.parquet").is_file())
+    overrides = path_overrides(spec, str(job_dir), model, has_eval=(job_dir / "data" / "eval.parquet").is_file(),
+                               reward_model=reward_model_path(spec))
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(job_dir), version_base=None):
         return compose(config_name=CONFIG_NAME, overrides=overrides)
@@ -367,6 +461,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
     if start.tokenizer is None:
         skipped.append("actor_rollout_ref.model: veRL's model config reads the model's files; not built here")
     problems += _dataclasses(cfg, model_files=start.tokenizer is not None) + _algorithm(cfg) + _reward(cfg)
+    problems += _reward_model(cfg, spec, skipped)
     problems += _agent_loop(job_dir, cfg) + _trainer_path(cfg) + _attention(cfg, spec, skipped)
     agent, agent_problems = kit.agent_check(spec, start.tokenizer)
     if start.tokenizer is None:  # a hub id not on this machine: no processor to build (said in skipped)
