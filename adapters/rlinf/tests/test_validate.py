@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, compile_job, needs_rlinf
 
 from agentbridge.backends import Job
@@ -43,3 +44,19 @@ def test_the_validator_runs_as_a_command_with_the_json_protocol(small_job: Job) 
                          capture_output=True, text=True, cwd=ROOT)
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.returncode == 0 and verdict["problems"] == [] and verdict["skipped"]
+
+
+def test_a_compiled_job_passes_rlinfs_whole_validate_cfg(small_job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the job's entry runs first on the cluster: RLinf's ``validate_cfg`` with its cluster and placement (a
+    local Ray here, shared with the conformance tests: RLinf's ``Cluster`` is one per process)."""
+    from rlinf.config import validate_cfg
+
+    from agentbridge.models import resolve_model_path
+    from agentbridge.spec import load_spec
+    from agentbridge_rlinf.validate import compose_job
+
+    monkeypatch.setenv("RAY_ADDRESS", "local")  # never join another Ray running on the machine
+    spec = load_spec(small_job.path / "spec.yaml")
+    cfg = validate_cfg(compose_job(small_job.path, str(resolve_model_path(spec.model.path))))
+    assert cfg.actor.training_backend == "fsdp" and cfg.cluster.num_nodes == 1
+    assert cfg.actor.global_batch_size == spec.algorithm.batch_size * spec.algorithm.group_size
