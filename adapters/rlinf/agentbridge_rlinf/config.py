@@ -21,19 +21,23 @@ ROLLOUT_BACKENDS = ("sglang",)
 TRAINING_BACKENDS = ("fsdp", "megatron")
 
 # agentbridge algorithm -> RLinf ``algorithm.*`` keys (``rlinf/algorithms/advantages.py``, ``losses.py``)
+# (the actor's reasoning path: ``FSDPActor.compute_advantages_and_returns`` and its ``policy_loss`` call)
 ALGORITHMS: dict[str, dict[str, Any]] = {
-    "grpo": {"adv_type": "grpo", "loss_type": "actor"},
+    # each sequence's token mean, then the mean over sequences (as agentbridge's grpo and veRL's mapping)
+    "grpo": {"adv_type": "grpo", "loss_type": "actor", "loss_agg_func": "seq-mean-token-mean"},
     # RLinf's DAPO recipe: GRPO advantages, decoupled clip, token-mean over valid tokens
     "dapo": {"adv_type": "grpo", "loss_type": "actor", "clip_ratio_low": 0.2, "clip_ratio_high": 0.28,
              "loss_agg_func": "token-mean", "use_valid_token_scale": True},
-    "reinforce_pp": {"adv_type": "reinpp", "loss_type": "actor"},
-    "ppo": {"adv_type": "gae", "loss_type": "actor_critic"},
+    # KL as a k1 penalty in the token rewards (``reinpp_kl_beta``, set to the spec's kl_coef), not in the loss
+    "reinforce_pp": {"adv_type": "reinpp", "loss_type": "actor", "kl_beta": 0.0, "kl_penalty_type": "kl"},
 }
 GROUPED = ("grpo", "dapo")
 # why RLinf 0.3.0 cannot run the others (the capability error says it, naming the backends that can)
 WHY_NOT = {
     "gspo": "RLinf 0.3.0 has no sequence-level importance ratio (no gspo loss)",
     "rloo": "RLinf 0.3.0 registers no leave-one-out advantage (no rloo)",
+    "ppo": "RLinf 0.3.0's AgentRunner, which runs agent loops, passes ReasoningRunner no critic: its gae has no "
+           "values",
     "dr_grpo": "RLinf 0.3.0's grpo advantage always divides by the group's std and no registered advantage "
                "drops it",
 }
@@ -262,12 +266,9 @@ def settings(spec: Spec) -> dict[str, Any]:
     }
     for key, value in ALGORITHMS.get(algo.name, {}).items():
         tree[f"algorithm.{key}"] = value
-    if algo.name == "ppo":
-        tree["critic"] = {"use_critic_model": True, "training_backend": opts["training_backend"],
-                          "model": "${actor.model}", "optim": {"lr": algo.lr * 10},
-                          "fsdp_config": "${actor.fsdp_config}"}
-    else:
-        tree["critic.use_critic_model"] = False
+    if algo.name == "reinforce_pp":
+        tree["algorithm.reinpp_kl_beta"] = algo.kl_coef
+    tree["critic.use_critic_model"] = False
     return tree
 
 

@@ -24,7 +24,7 @@ def test_registered_and_implements_the_protocol() -> None:
     backend = get_plugins().backends.get("rlinf")
     assert isinstance(backend, RlinfBackend) and isinstance(backend, Backend)
     caps = backend.capabilities()
-    assert caps.algorithms == ["dapo", "grpo", "ppo", "reinforce_pp"]
+    assert caps.algorithms == ["dapo", "grpo", "reinforce_pp"]
     assert not caps.multimodal and not caps.turn_credit and not caps.cpu_training
 
 
@@ -32,12 +32,13 @@ def test_registered_and_implements_the_protocol() -> None:
     ("gspo", "openrlhf, trl, verl", "no gspo loss"),
     ("rloo", "openrlhf, verl", "no rloo"),
     ("dr_grpo", "openrlhf, trl, verl", "always divides by the group's std"),
+    ("ppo", "openrlhf, verl", "AgentRunner, which runs agent loops, passes ReasoningRunner no critic"),
 ])
 def test_a_missing_algorithm_is_one_line_naming_who_can(algo: str, can: str, why: str) -> None:
     problems = RlinfBackend().check(load_spec(ROOT / EXAMPLE, [*SMALL, f"algorithm.name={algo}"]))
     assert len(problems) == 1 and "\n" not in str(problems[0])
     line = str(problems[0])
-    assert line.startswith(f"algorithm.name: rlinf cannot run '{algo}' (it runs dapo, grpo, ppo, reinforce_pp)")
+    assert line.startswith(f"algorithm.name: rlinf cannot run '{algo}' (it runs dapo, grpo, reinforce_pp)")
     assert f"backends that can: {can}" in line and why in line
     with pytest.raises(SpecError) as e:  # the compile pipeline refuses it before writing anything
         pipeline_compile(load_spec(ROOT / EXAMPLE, [*SMALL, f"algorithm.name={algo}"]), RlinfBackend(),
@@ -109,15 +110,18 @@ def test_hydra_config_maps_the_spec(small_job: Job) -> None:
 
 
 @pytest.mark.parametrize(("algo", "keys"), [
-    ("grpo", {"adv_type": "grpo", "loss_type": "actor", "clip_ratio_high": None}),
-    ("reinforce_pp", {"adv_type": "reinpp", "loss_type": "actor"}),
-    ("ppo", {"adv_type": "gae", "loss_type": "actor_critic"}),
+    ("grpo", {"adv_type": "grpo", "loss_type": "actor", "clip_ratio_high": None,
+              "loss_agg_func": "seq-mean-token-mean", "kl_beta": 0.05, "kl_penalty_type": "low_var_kl"}),
+    ("dapo", {"adv_type": "grpo", "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "loss_agg_func": "token-mean"}),
+    # REINFORCE++: KL as k1 in the token rewards, none in the loss
+    ("reinforce_pp", {"adv_type": "reinpp", "loss_type": "actor", "loss_agg_func": "token-mean", "kl_beta": 0.0,
+                      "reinpp_kl_beta": 0.05, "kl_penalty_type": "kl"}),
 ])
 def test_algorithm_keys(tmp_path: Path, algo: str, keys: dict[str, object]) -> None:
-    job = compile_job(tmp_path / "job", f"algorithm.name={algo}")
+    job = compile_job(tmp_path / "job", f"algorithm.name={algo}", "algorithm.kl_coef=0.05")
     config = yaml.safe_load((job.path / "rlinf_job.yaml").read_text())
     assert {k: config["algorithm"][k] for k in keys} == keys
-    assert config["critic"]["use_critic_model"] is (algo == "ppo")
+    assert config["critic"]["use_critic_model"] is False
 
 
 def test_overrides_and_options_apply_only_to_rlinf(tmp_path: Path) -> None:
