@@ -111,6 +111,8 @@ def dense_before(r: Any, queries: list[str], batch: int, concurrency: int) -> tu
     import faiss
     import torch
 
+    from agentbridge_search.embeddings import encode
+
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     saved = (torch.get_num_threads(), faiss.omp_get_max_threads(), faiss.cvar.distance_compute_blas_threshold)
     torch.set_num_threads(cpus)
@@ -118,7 +120,7 @@ def dense_before(r: Any, queries: list[str], batch: int, concurrency: int) -> tu
     faiss.cvar.distance_compute_blas_threshold = 128000  # faiss's default
 
     def search(qs: list[str]) -> Any:
-        return r.index.search(r.encode(qs, batch_size=64), TOPK)[1].tolist()
+        return r.index.search(encode(qs, batch_size=64), TOPK)[1].tolist()
 
     try:
         search(queries[:4])
@@ -231,7 +233,8 @@ def main() -> int:
     os.environ["AGENTBRIDGE_CACHE"] = args.cache
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from agentbridge_search.data import build_world
-    from agentbridge_search.retrievers import BM25Retriever, DenseRetriever, corpus_key, index_dir
+    from agentbridge_search.embeddings import embeddings_dir
+    from agentbridge_search.retrievers import BM25Retriever, DenseRetriever, corpus_key
     from agentbridge_search.server import read_corpus
 
     t0 = time.perf_counter()
@@ -265,7 +268,7 @@ def main() -> int:
     print(f"bm25 index ready in {time.perf_counter() - t0:.1f}s", flush=True)
     results += in_process(bm25, "bm25", queries, args.batch, args.callers)
 
-    emb_dir = index_dir("dense", key)
+    emb_dir = embeddings_dir(key)
     timing = emb_dir / "embed_timing.json"
     if not (emb_dir / "embeddings.npy").is_file():
         t0, c0 = time.perf_counter(), time.process_time()
@@ -279,7 +282,7 @@ def main() -> int:
     results.append({"case": "dense embedding of the corpus",
                     **(json.loads(timing.read_text()) if timing.is_file() else {"note": "embedded elsewhere"})})
 
-    dense = {n: DenseRetriever(passages, threads=n) for n in (1, 2)}
+    dense = {n: DenseRetriever(passages, threads=n, index="flat") for n in (1, 2)}
     before_ids = None
     if not args.skip_before:
         rows, before_ids = dense_before(dense[1], dq, args.batch, args.callers)

