@@ -118,7 +118,7 @@ FIRST_PARTY_ALGORITHMS: dict[str, list[str]] = {
     "trl": ["dapo", "dr_grpo", "grpo", "gspo"],
     "verl": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
     "openrlhf": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
-    "rlinf": ["dapo", "grpo", "ppo", "reinforce_pp"],
+    "rlinf": ["dapo", "grpo", "reinforce_pp"],
 }
 FIRST_PARTY_TURN_CREDIT = ("verl",)  # first-party backends whose training batch takes per-token rewards
 FIRST_PARTY_SERVING = ("verl", "openrlhf")  # first-party backends whose job serves a reward model (serve: backend)

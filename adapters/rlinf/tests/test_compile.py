@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import EXAMPLE, ROOT, SMALL, compile_job
 
-from agentbridge.backends import Backend, Job
+from agentbridge.backends import FIRST_PARTY_ALGORITHMS, Backend, Job
 from agentbridge.backends import compile_job as pipeline_compile
 from agentbridge.plugins import get_plugins
 from agentbridge.spec import SpecError, load_spec
@@ -24,7 +24,7 @@ def test_registered_and_implements_the_protocol() -> None:
     backend = get_plugins().backends.get("rlinf")
     assert isinstance(backend, RlinfBackend) and isinstance(backend, Backend)
     caps = backend.capabilities()
-    assert caps.algorithms == ["dapo", "grpo", "reinforce_pp"]
+    assert caps.algorithms == ["dapo", "grpo", "reinforce_pp"] == sorted(FIRST_PARTY_ALGORITHMS["rlinf"])
     assert not caps.multimodal and not caps.turn_credit and not caps.cpu_training
 
 
