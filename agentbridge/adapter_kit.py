@@ -98,6 +98,29 @@ def job_spec(job: Job) -> Spec:
     return job.spec
 
 
+def set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """``tree['a']['b']['c'] = value`` for ``'a.b.c'``, creating mappings on the way (Hydra-style configs)."""
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = tree.get(part)
+        if not isinstance(node, dict):
+            node = tree[part] = {}
+        tree = node
+    tree[leaf] = value
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings to ``{'a.b.c': value}`` (lists, scalars and empty mappings are leaves)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- check
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentbridge.adapter_kit import flatten, set_dotted
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 
@@ -104,26 +105,6 @@ def option_problems(spec: Spec) -> list[Problem]:
     if not isinstance(logger, list) or not all(isinstance(x, str) for x in logger):
         problems.append(bad("logger", "a list of RLinf logger names (e.g. [tensorboard])"))
     return problems
-
-
-def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
-    node = tree
-    *parents, last = key.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[last] = value
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested mapping as dotted keys (lists and scalars are leaves)."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
 
 
 def seq_length(spec: Spec) -> int:

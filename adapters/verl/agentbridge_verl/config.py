@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentbridge.adapter_kit import flatten, set_dotted
 from agentbridge.reward_model import RewardModelArgs, backend_served
 from agentbridge.spec.schema import Spec
 from agentbridge_verl.algorithms import ALGORITHMS, needs_critic
@@ -65,29 +66,6 @@ def agent_workers(spec: Spec) -> int:
 def n_gpus_per_node(spec: Spec) -> int:
     """veRL's trainer always places workers on GPUs: a CPU spec (0 GPUs) compiles for one GPU per node."""
     return max(1, spec.resources.gpus_per_node)
-
-
-def set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    """``tree['a']['b']['c'] = value`` for ``'a.b.c'``, creating mappings on the way."""
-    *parents, leaf = dotted.split(".")
-    for part in parents:
-        node = tree.get(part)
-        if not isinstance(node, dict):
-            node = tree[part] = {}
-        tree = node
-    tree[leaf] = value
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings to ``{'a.b.c': value}`` (lists and scalars are leaves)."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
 
 
 def trainer_settings(spec: Spec) -> dict[str, Any]:

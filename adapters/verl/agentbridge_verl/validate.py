@@ -28,7 +28,6 @@ from agentbridge_verl.config import (
     AGENT_LOOP_FILE,
     CONFIG_NAME,
     REWARD_MODEL_ENGINE,
-    flatten,
     path_overrides,
     served_reward_model,
 )
@@ -437,7 +436,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
     from omegaconf import OmegaConf
 
     raw = yaml.safe_load((job_dir / f"{CONFIG_NAME}.yaml").read_text())
-    job_keys = flatten({k: v for k, v in raw.items() if k not in ("hydra", "defaults")})
+    job_keys = kit.flatten({k: v for k, v in raw.items() if k not in ("hydra", "defaults")})
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=_config_dir(), version_base=None):
         base = compose(config_name="ppo_trainer")
