@@ -4,6 +4,9 @@ Demonstrations are driver trajectories of the scripted expert, so the SFT rows h
 will see: loss on the policy's own tokens (``response_mask == 1``), none on the prompt or tool output. The loop is
 plain torch (any backend's environment has it): AdamW, constant learning rate after a short warm-up, and a loss
 that computes the batch's shared prompt prefix (system prompt, tool schemas) once per batch.
+
+Episodes that saw images (a vision-language policy's screenshots) keep them: each row carries its images in
+placeholder order, and the loss runs the model's vision tower on their pixels, as generation did.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec.schema import WarmStartSpec
 from agentbridge.training.evaluate import EvalResult
 
-Row = dict[str, list[int]]
+Row = dict[str, Any]   # input_ids, labels (lists of ints) and, for episodes with images, images (uint8 HxWx3 tensors)
 
 
 def demonstrations(agent: Agent, n: int, split: str = "train") -> list[Trajectory]:
@@ -39,11 +42,48 @@ def demonstrations(agent: Agent, n: int, split: str = "train") -> list[Trajector
 
 
 def sft_rows(trajs: list[Trajectory]) -> list[Row]:
-    """Pre-tokenized SFT rows: ``input_ids`` and ``labels`` (-100 outside the policy's own tokens)."""
-    return [{"input_ids": t.prompt_ids + t.response_ids,
-             "labels": [-100] * len(t.prompt_ids) + [i if m else -100 for i, m in zip(t.response_ids,
-                                                                                      t.response_mask, strict=True)]}
-            for t in trajs]
+    """Pre-tokenized SFT rows: ``input_ids`` and ``labels`` (-100 outside the policy's own tokens), plus ``images``
+    (uint8 tensors, in placeholder order) when the episode saw any."""
+    rows: list[Row] = []
+    for t in trajs:
+        row: Row = {"input_ids": t.prompt_ids + t.response_ids,
+                    "labels": [-100] * len(t.prompt_ids) + [i if m else -100 for i, m in
+                                                            zip(t.response_ids, t.response_mask, strict=True)]}
+        if t.images:
+            row["images"] = [image_tensor(im) for im in t.images]
+        rows.append(row)
+    return rows
+
+
+def image_tensor(image: Any) -> Any:
+    """An image as a uint8 ``(height, width, 3)`` tensor: rows stay loadable with ``torch.load(weights_only=True)``."""
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.array(image.convert("RGB") if hasattr(image, "convert") else image, dtype=np.uint8))
+
+
+def vision_inputs(rows: list[Row], image_processor: Any, image_token_id: int) -> dict[str, Any]:
+    """The image processor's ``pixel_values`` / ``image_grid_thw`` for every image of ``rows``, row after row;
+    each row's placeholder count must equal its images' visual tokens (ValueError, one line, if not)."""
+    from PIL import Image
+
+    images = [im for r in rows for im in r.get("images", [])]
+    if not images:
+        return {}
+    out = dict(image_processor(images=[Image.fromarray(im.numpy()) for im in images], return_tensors="pt"))
+    grid = out.get("image_grid_thw")
+    if grid is not None:
+        merge = int(getattr(image_processor, "merge_size", 1) or 1) ** 2
+        tokens, start = (grid.prod(-1) // merge).tolist(), 0
+        for r in rows:
+            n = len(r.get("images", []))
+            want, got = sum(tokens[start:start + n]), r["input_ids"].count(image_token_id)
+            if want != got:
+                raise ValueError(f"algorithm.warm_start: a demonstration has {got} image tokens but its {n} images "
+                                 f"need {want}; its ids and images do not belong together")
+            start += n
+    return out
 
 
 def shared_prefix_length(input_ids: Any, attention_mask: Any) -> int:
@@ -57,7 +97,9 @@ def prefix_shared_loss(model: Any, inputs: dict[str, Any], num_items_in_batch: A
 
     The prefix's key/value cache is computed for one row and repeated over the batch; gradients flow back
     through it, so loss and gradients equal the plain forward's while the prefix costs 1/B of the compute. The
-    output layer runs only where a label is (the policy's own tokens), not over prompt or tool tokens.
+    output layer runs only where a label is (the policy's own tokens), not over prompt or tool tokens. A batch with
+    ``pixel_values`` (and ``image_grid_thw``) runs the model's full multimodal forward instead, so the visual tokens
+    carry the images' features.
     """
     import torch
 
@@ -66,7 +108,14 @@ def prefix_shared_loss(model: Any, inputs: dict[str, Any], num_items_in_batch: A
     attention = torch.ones_like(ids) if attention is None else attention
     shared = min(shared_prefix_length(ids, attention), ids.size(1) - 1)
     body, head = _body_and_head(model)
-    if shared < 2:
+    if inputs.get("pixel_values") is not None:   # a VLM's rows with images: the whole multimodal forward, pixels in
+        vision = {k: inputs[k] for k in ("pixel_values", "image_grid_thw") if inputs.get(k) is not None}
+        image_token = getattr(model.config, "image_token_id", None)
+        if image_token is not None:
+            vision["mm_token_type_ids"] = (ids == image_token).int()
+        hidden = model.base_model(input_ids=ids, attention_mask=attention, **vision).last_hidden_state[:, :-1]
+        targets = labels[:, 1:]
+    elif shared < 2:
         hidden = body(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
         targets = labels[:, 1:]
     else:
@@ -82,6 +131,22 @@ def prefix_shared_loss(model: Any, inputs: dict[str, Any], num_items_in_batch: A
     total = torch.nn.functional.cross_entropy(logits, targets[keep], reduction="sum")
     count = num_items_in_batch if num_items_in_batch is not None else keep.sum()
     return total / count
+
+
+def _vision_of(model: Any, image_processor: Any) -> tuple[Any, int]:
+    """The image processor (given, else the one saved with the model) and image placeholder id for image rows."""
+    from agentbridge.models import load_image_processor
+
+    token = getattr(model.config, "image_token_id", None)
+    if getattr(model.config, "vision_config", None) is None or token is None:
+        raise ValueError(f"algorithm.warm_start: the demonstrations have images but {type(model).__name__} is not a "
+                         "vision-language model; use a VLM (e.g. builtin:tiny-vl) or a text observation")
+    name = getattr(model.config, "name_or_path", "") or getattr(model, "name_or_path", "")
+    processor = image_processor if image_processor is not None else (load_image_processor(name) if name else None)
+    if processor is None:
+        raise ValueError(f"algorithm.warm_start: no image processor for the demonstrations' images (none saved with "
+                         f"{name or 'the model'})")
+    return processor, int(token)
 
 
 def _body_and_head(model: Any) -> tuple[Any, Any]:
@@ -103,12 +168,15 @@ class SFTRun:
     """
 
     def __init__(self, model: Any, rows: list[Row], *, lr: float, batch_size: int, pad_id: int, seed: int = 0,
-                 warmup_steps: int = 20) -> None:
+                 warmup_steps: int = 20, image_processor: Any = None) -> None:
         import torch
 
         if not rows:
             raise ValueError("algorithm.warm_start: no demonstrations to train on (the expert solved none)")
         self.model, self.rows, self.batch_size, self.pad_id = model, rows, min(batch_size, len(rows)), pad_id
+        self.image_processor, self.image_token_id = None, None
+        if any(r.get("images") for r in rows):
+            self.image_processor, self.image_token_id = _vision_of(model, image_processor)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / (warmup_steps + 1)))
@@ -130,10 +198,13 @@ class SFTRun:
         rows = [self.rows[i] for i in picked]
         width = max(len(r["input_ids"]) for r in rows)
         pad = [width - len(r["input_ids"]) for r in rows]
-        return {"input_ids": torch.tensor([r["input_ids"] + [self.pad_id] * p for r, p in zip(rows, pad, strict=True)]),
-                "labels": torch.tensor([r["labels"] + [-100] * p for r, p in zip(rows, pad, strict=True)]),
-                "attention_mask": torch.tensor([[1] * len(r["input_ids"]) + [0] * p
-                                                for r, p in zip(rows, pad, strict=True)])}
+        padded = list(zip(rows, pad, strict=True))
+        batch = {"input_ids": torch.tensor([r["input_ids"] + [self.pad_id] * p for r, p in padded]),
+                 "labels": torch.tensor([r["labels"] + [-100] * p for r, p in padded]),
+                 "attention_mask": torch.tensor([[1] * len(r["input_ids"]) + [0] * p for r, p in padded])}
+        if self.image_processor is not None and self.image_token_id is not None:
+            batch.update(vision_inputs(rows, self.image_processor, self.image_token_id))
+        return batch
 
     def train_step(self) -> float:
         """One optimizer step on the next batch; returns its loss."""

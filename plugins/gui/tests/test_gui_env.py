@@ -149,7 +149,12 @@ def test_env_args_and_dataset_are_checked() -> None:
         miniwob_tasks(tasks=["click-buton"])
     a = miniwob_tasks("train", 12, seed=0)
     assert [t.to_dict() for t in a] == [t.to_dict() for t in miniwob_tasks("train", 12, seed=0)]
-    assert not {t.data["seed"] for t in a} & {t.data["seed"] for t in miniwob_tasks("eval", 50, seed=0)}
+    seeds = {s: {t.data["seed"] for t in miniwob_tasks(s, 50, seed=0)} for s in ("train", "dev", "eval")}
+    assert not seeds["train"] & seeds["eval"] and not seeds["dev"] & (seeds["train"] | seeds["eval"])
+    assert [t.data["group"] for t in miniwob_tasks("dev", 3, tasks=["click-test", "enter-text"])] == \
+        ["click-test", "enter-text", "click-test"]
+    with pytest.raises(ValueError, match="split must be train, dev or eval"):
+        miniwob_tasks("validation")
     assert "click-button" in available_tasks() and len(available_tasks()) > 100
 
 
