@@ -1,0 +1,248 @@
+"""The spec mapped to a ROLL agentic-pipeline config (``roll.pipeline.agentic.agentic_config.AgenticConfig``).
+
+ROLL reads one Hydra YAML, composed and turned into its config dataclasses with ``dacite.from_dict``. Its agentic
+pipeline plays episodes in env managers: ``custom_envs.<tag>.env_manager_cls`` names the class, which this job sets
+to agentbridge's (``agentbridge_roll.env_manager.AgentBridgeEnvManager``); that env manager reads the job's spec and
+tasks from ``custom_envs.<tag>.env_config`` and generates through ROLL's ``llm_proxy`` (``policy``: ROLL's own
+vLLM/SGLang router).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentbridge.adapter_kit import flatten, set_dotted
+from agentbridge.backends import Problem
+from agentbridge.spec import Spec
+
+CONFIG_NAME = "roll_job"
+ENTRY_FILE = "entry.py"
+TAG = "agentbridge"  # the custom_envs tag of the job's training episodes
+EVAL_TAG = "agentbridge_eval"  # ... and of its held-out tasks (ROLL's val env manager)
+ENV_MANAGER = "agentbridge_roll.env_manager.AgentBridgeEnvManager"
+GROUP_FILTER = "agentbridge_roll.layout.EqualScoresFilter"  # dapo's dynamic sampling
+ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"  # ROLL's default: keeps every group
+ROLLOUT_ENGINES = ("vllm", "sglang")
+TRAINING_STRATEGIES = ("megatron_train", "fsdp2_train")
+
+# agentbridge algorithm -> ROLL agentic keys (``configs/base_config.py`` PPOConfig, ``agentic_config.py``); the
+# default actor worker (``agentic_actor_worker.ActorWorker``) takes the clipped PPO surrogate with ``pg_clip``
+GROUP_NORM = {"grouping": "traj_group_id", "norm_mean_type": "group", "norm_std_type": "group"}
+ALGORITHMS: dict[str, dict[str, Any]] = {
+    # episode rewards normalised within each group (ROLL groups by traj_group_id), each sequence's token mean
+    "grpo": {"adv_estimator": "grpo", "reward_normalization": GROUP_NORM, "loss_agg_mode": "seq-mean-token-mean"},
+    # no std division; token losses summed and divided by a constant (ROLL: the padded sequence width)
+    "dr_grpo": {"adv_estimator": "grpo", "loss_agg_mode": "seq-mean-token-sum-norm",
+                "reward_normalization": {**GROUP_NORM, "norm_std_type": None}},
+    # clip-higher and token-level loss; dynamic sampling by the adapter's group filter (drops equal-score groups)
+    "dapo": {"adv_estimator": "grpo", "reward_normalization": GROUP_NORM, "loss_agg_mode": "token-mean",
+             "use_pg_clip_range": True, "pg_clip_low": 0.2, "pg_clip_high": 0.28},
+    # REINFORCE++: KL (k1) in the token rewards, returns with gamma 1, advantages whitened over the batch
+    "reinforce_pp": {"adv_estimator": "reinforce", "loss_agg_mode": "token-mean", "whiten_advantages": True,
+                     "add_token_level_kl": True, "kl_penalty": "kl",
+                     "reward_normalization": {"grouping": "batch", "norm_mean_type": None, "norm_std_type": None}},
+    # GAE with ROLL's critic worker, KL in the token rewards as for REINFORCE++
+    "ppo": {"adv_estimator": "gae", "loss_agg_mode": "token-mean", "whiten_advantages": True, "gamma": 1.0,
+            "lambd": 0.95, "add_token_level_kl": True, "kl_penalty": "kl",
+            "reward_normalization": {"grouping": "batch", "norm_mean_type": None, "norm_std_type": None}},
+}
+GROUPED = ("grpo", "dr_grpo", "dapo")
+TOKEN_KL = ("reinforce_pp", "ppo")  # KL as a token-reward penalty (init_kl_coef), not a loss term
+# why ROLL's agentic pipeline cannot run the others (the capability error says it, naming the backends that can)
+WHY_NOT = {
+    "gspo": "ROLL's sequence-level ratio (importance_sampling: seq) is in its RLVR pipeline only, not in "
+            "AgenticConfig",
+    "rloo": "ROLL has no leave-one-out advantage (adv_estimator has no rloo)",
+}
+NOTES = [
+    "dapo: clip 0.2/0.28, token-mean; dynamic sampling by agentbridge's group filter (a group whose episodes all "
+    "score the same is dropped and resampled); no overlong shaping",
+    "dr_grpo: ROLL's seq-mean-token-sum-norm divides by the padded sequence width (sequence_length - 1), a "
+    "constant, where the paper divides by the response budget",
+    "rollout engine: ROLL's own (vLLM or SGLang through its router), reached through llm_proxy 'policy'",
+]
+
+# backend.options the ROLL adapter understands, with their defaults
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "rollout_engine": "vllm",
+    "training_strategy": "megatron_train",
+    "micro_batch_size": 1,  # actor_train.training_args.per_device_train_batch_size
+    "gpu_memory_utilization": 0.8,
+    "env_managers_per_worker": 16,  # train_env_manager.max_env_num_per_worker: threads per EnvironmentWorker
+    "dtype": "bf16",
+    "save_steps": 10000,
+    "track_with": "tensorboard",
+}
+OPTIONS = tuple(DEFAULT_OPTIONS)
+POSITIVE_INTS = ("micro_batch_size", "env_managers_per_worker", "save_steps")
+
+
+def applies(spec: Spec) -> bool:
+    """Whether the spec's ``backend.options`` / ``backend.overrides`` are ROLL's (it is the spec's backend)."""
+    return spec.backend.name == "roll"
+
+
+def options(spec: Spec) -> dict[str, Any]:
+    return {**DEFAULT_OPTIONS, **(spec.backend.options if applies(spec) else {})}
+
+
+def option_problems(spec: Spec) -> list[Problem]:
+    """One problem per ROLL option of the spec whose value has the wrong type or range."""
+    if not applies(spec):
+        return []
+    given = spec.backend.options
+
+    def bad(key: str, want: str) -> Problem:
+        return Problem(f"backend.options.{key}", f"must be {want}, got {given[key]!r}")
+
+    problems = []
+    for key in POSITIVE_INTS:
+        if key in given and (type(given[key]) is not int or given[key] < 1):
+            problems.append(bad(key, "a positive integer"))
+    memory = given.get("gpu_memory_utilization", 0.5)
+    if type(memory) not in (int, float) or not 0 < memory <= 1:
+        problems.append(bad("gpu_memory_utilization", "a number in (0, 1]"))
+    for key in ("dtype", "track_with"):
+        if key in given and not isinstance(given[key], str):
+            problems.append(bad(key, "a string"))
+    for key, allowed in (("rollout_engine", ROLLOUT_ENGINES), ("training_strategy", TRAINING_STRATEGIES)):
+        if key in given and given[key] not in allowed:
+            problems.append(bad(key, f"one of {', '.join(allowed)}"))
+    return problems
+
+
+def sequence_length(spec: Spec) -> int:
+    """``sequence_length``: ROLL pads every trajectory to it (prompt plus response)."""
+    return spec.agent.max_prompt_tokens + spec.agent.max_response_tokens
+
+
+def gpus_per_node(spec: Spec) -> int:
+    return max(1, spec.resources.gpus_per_node)
+
+
+def device_mapping(spec: Spec) -> str:
+    """ROLL's ``device_mapping`` (a Python expression it evaluates): every GPU of the job, shared by the workers."""
+    return f"list(range(0,{gpus_per_node(spec) * spec.resources.nodes}))"
+
+
+def rollout_batch_size(spec: Spec) -> int:
+    """Trajectories per step: ROLL counts episodes, agentbridge counts prompts (``batch_size``) of ``group_size``."""
+    return spec.algorithm.batch_size * spec.algorithm.group_size
+
+
+def _worker(spec: Spec, strategy: str, *, dtype: str, train: bool, micro: int = 1) -> dict[str, Any]:
+    """One ROLL worker section (``WorkerConfig``) on all of the job's GPUs."""
+    algo = spec.algorithm
+    section: dict[str, Any] = {
+        "model_args": {"dtype": dtype, "disable_gradient_checkpointing": not train},
+        "strategy_args": {"strategy_name": strategy, "strategy_config": {}},
+        "device_mapping": device_mapping(spec),
+    }
+    if train:
+        gpus = gpus_per_node(spec) * spec.resources.nodes
+        section["training_args"] = {
+            "learning_rate": algo.lr, "weight_decay": 0.0, "lr_scheduler_type": "constant",
+            "warmup_steps": algo.warmup_steps, "per_device_train_batch_size": micro,
+            # one optimizer step per pipeline step: per_device x accumulation x GPUs = the step's trajectories
+            "gradient_accumulation_steps": max(1, rollout_batch_size(spec) // (micro * gpus))}
+    else:
+        section["infer_batch_size"] = micro
+    return section
+
+
+def _env(spec: Spec, split: str) -> dict[str, Any]:
+    """One ``custom_envs`` entry: agentbridge's env manager over the job's tasks of ``split``."""
+    agent = spec.agent
+    return {
+        "env_type": "agentbridge",  # informational: agentbridge's env manager makes no GEM env
+        "env_manager_cls": ENV_MANAGER,
+        "max_steps": agent.max_turns,
+        "max_tokens_per_step": agent.max_tokens_per_turn,
+        "agent_system_template": "",  # the spec's system prompt, rendered by agentbridge's driver
+        "agent_template": "",
+        "env_config": {"spec_path": "spec.yaml", "data_path": f"data/{split}.jsonl", "split": split},
+    }
+
+
+def settings(spec: Spec, *, has_eval: bool = False) -> dict[str, Any]:
+    """Every ROLL key this spec sets, dotted, before ``backend.overrides``."""
+    algo, agent, opts = spec.algorithm, spec.agent, options(spec)
+    micro, dtype = int(opts["micro_batch_size"]), str(opts["dtype"])
+    groups = algo.batch_size
+    tree: dict[str, Any] = {
+        "hydra.run.dir": ".",
+        "hydra.output_subdir": None,
+        "exp_name": spec.name,
+        "seed": spec.seed,
+        "output_dir": "runs",
+        "logging_dir": "${output_dir}/logs",
+        "track_with": str(opts["track_with"]),
+        "tracker_kwargs": {"log_dir": "${output_dir}/tensorboard"},
+        "checkpoint_config": {"type": "file_system", "output_dir": "${output_dir}/checkpoints"},
+        "num_gpus_per_node": gpus_per_node(spec),
+        "max_steps": algo.steps,
+        "save_steps": int(opts["save_steps"]),
+        "logging_steps": 1,
+        "eval_steps": 0,  # agentbridge's held-out evaluation is not run around ROLL's trainer
+        "resume_from_checkpoint": False,
+        "async_generation_ratio": 0,
+        "rollout_batch_size": rollout_batch_size(spec),
+        "val_batch_size": 0,
+        "sequence_length": sequence_length(spec),
+        "pretrain": "MODEL_PATH_SET_BY_LAUNCH",
+        "reward_pretrain": "${pretrain}",
+        "ppo_epochs": 1,
+        "max_grad_norm": 1.0,
+        "pg_clip": 0.2,
+        "entropy_loss_coef": 0.0,
+        "whiten_advantages": False,
+        # KL: the k3 estimator in the loss (grpo, dr_grpo, dapo) or k1 in the token rewards (reinforce_pp, ppo)
+        "use_kl_loss": algo.kl_coef > 0 and algo.name not in TOKEN_KL,
+        "kl_loss_coef": algo.kl_coef if algo.name not in TOKEN_KL else 0.0,
+        "init_kl_coef": algo.kl_coef if algo.name in TOKEN_KL else 0.0,
+        "actor_train": _worker(spec, str(opts["training_strategy"]), dtype=dtype, train=True, micro=micro),
+        "actor_infer": {**_worker(spec, str(opts["rollout_engine"]), dtype=dtype, train=False, micro=micro),
+                        "generating_args": {
+                            "max_new_tokens": agent.max_tokens_per_turn, "temperature": agent.sampling.temperature,
+                            "top_p": agent.sampling.top_p, "top_k": agent.sampling.top_k or -1, "num_beams": 1,
+                            "num_return_sequences": 1}},
+        "actor_infer.strategy_args.strategy_config": {
+            "gpu_memory_utilization": float(opts["gpu_memory_utilization"]), "load_format": "auto"},
+        "reference": _worker(spec, "hf_infer", dtype=dtype, train=False, micro=micro),
+        "train_env_manager": {
+            "num_env_groups": groups, "group_size": algo.group_size, "tags": [TAG], "num_groups_partition": [groups],
+            "max_env_num_per_worker": min(int(opts["env_managers_per_worker"]), groups * algo.group_size),
+            "llm_proxy": {"proxy_type": "policy"},
+            "group_filter_cls": GROUP_FILTER if algo.name == "dapo" else ROLL_GROUP_FILTER},
+        "val_env_manager": {
+            "num_env_groups": 1, "group_size": 1, "tags": [EVAL_TAG if has_eval else TAG], "num_groups_partition": [1],
+            "max_env_num_per_worker": 1, "llm_proxy": {"proxy_type": "policy"}},
+        "custom_envs": {TAG: _env(spec, "train"), **({EVAL_TAG: _env(spec, "eval")} if has_eval else {})},
+    }
+    for key, value in ALGORITHMS.get(algo.name, {}).items():
+        tree[key] = value
+    if algo.name == "ppo":
+        tree["critic"] = _worker(spec, str(opts["training_strategy"]), dtype=dtype, train=True, micro=micro)
+    return tree
+
+
+def overrides(spec: Spec) -> dict[str, Any]:
+    """``backend.overrides`` as dotted keys, when they are ROLL's."""
+    return flatten(spec.backend.overrides) if applies(spec) else {}
+
+
+def job_config(spec: Spec, *, has_eval: bool = False) -> dict[str, Any]:
+    """The job's Hydra config: ROLL's agentic sections with the mapped keys, then the overrides."""
+    tree: dict[str, Any] = {"defaults": ["_self_"]}
+    for key, value in {**settings(spec, has_eval=has_eval), **overrides(spec)}.items():
+        set_dotted(tree, key, value)
+    return tree
+
+
+def path_overrides(job: str, model: str, *, has_eval: bool) -> list[str]:
+    """Hydra overrides for the paths that depend on where the job and the model live."""
+    out = [f"pretrain={model}"]
+    for tag, split in ((TAG, "train"), *(((EVAL_TAG, "eval"),) if has_eval else ())):
+        out += [f"custom_envs.{tag}.env_config.spec_path={job}/spec.yaml",
+                f"custom_envs.{tag}.env_config.data_path={job}/data/{split}.jsonl"]
+    return out

@@ -1,0 +1,14 @@
+"""Registers the ROLL backend (imports no ROLL, Ray or torch: the backend loads them only to validate or run)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentbridge.hooks import hookimpl
+from agentbridge_roll.backend import RollBackend
+
+
+@hookimpl
+def register_backends(register: Callable[[Any], None]) -> None:
+    register(RollBackend())

@@ -1,0 +1,175 @@
+"""ROLL's own checks on a compiled job, run in the ROLL environment (``python -m agentbridge_roll.validate JOB``).
+
+* the job's Hydra config composed as ``launch.sh`` composes it (Hydra, with the job's path overrides);
+* ROLL's ``AgenticConfig`` built from it with ``dacite.from_dict``, as ROLL's ``start_agentic_pipeline.py`` does:
+  field types and ``Literal`` choices (``adv_estimator``, ``loss_agg_mode``, strategies), and ``__post_init__``
+  (batch and group divisibility, env slots per worker, ``device_mapping``, generating arguments);
+* the classes the config names import in ROLL's way (``safe_import_class``): each env manager, the group filter,
+  and the ``llm_proxy.proxy_type`` in ROLL's proxy registry;
+* agentbridge's side: each env manager's spec and tasks load, the driver's budgets fit ROLL's ``sequence_length``,
+  and the driver's agent for the job's tokenizer.
+
+Not run here: ROLL's ``AgenticPipeline`` itself (it places workers on GPUs): that is the job environment's check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from agentbridge import adapter_kit as kit
+from agentbridge.backends import Problem
+from agentbridge.spec import Spec, SpecError, load_spec
+from agentbridge_roll import ROLL_SOURCE, keep_roll_logs_out_of_cwd
+from agentbridge_roll.config import CONFIG_NAME, path_overrides
+
+INSTALL = ("put a ROLL checkout on PYTHONPATH in an environment with ROLL's requirements and agentbridge-roll[cpu] "
+           "(see adapters/roll/README.md)")
+
+
+def compose_job(job_dir: Path, model: str, extra: list[str] | None = None) -> Any:
+    """The job's config as the entry composes it from ``launch.sh``'s command line (plus ``extra`` overrides)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    job_dir = Path(job_dir).resolve()
+    overrides = path_overrides(str(job_dir), model, has_eval=(job_dir / "data" / "eval.jsonl").is_file())
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(job_dir), version_base=None):
+        return compose(config_name=CONFIG_NAME, overrides=[*overrides, *(extra or [])])
+
+
+def build_config(cfg: Any) -> Any:
+    """ROLL's ``AgenticConfig`` of a composed config (``dacite.from_dict``, running its ``__post_init__``), with
+    ROLL's log lines muted."""
+    from dacite import from_dict
+    from omegaconf import OmegaConf
+    from roll.pipeline.agentic.agentic_config import AgenticConfig
+
+    tree = OmegaConf.to_container(cfg, resolve=True)
+    if not isinstance(tree, dict):
+        raise ValueError("the job's config is not a mapping")
+    data = {str(key): value for key, value in tree.items() if key != "hydra"}
+    with _quiet():
+        return from_dict(data_class=AgenticConfig, data=data)
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    roll = logging.getLogger("roll")
+    level, root = roll.level, logging.getLogger().level
+    roll.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        roll.setLevel(level)
+        logging.getLogger().setLevel(root)
+
+
+def _classes(config: Any) -> list[Problem]:
+    """The classes the config names, imported as ROLL imports them."""
+    from roll.pipeline.agentic.llm_proxy import LLM_PROXY_REGISTRY
+    from roll.utils.import_utils import safe_import_class
+
+    problems = []
+    for name in ("train_env_manager", "val_env_manager"):
+        workers = getattr(config, name)
+        if workers.llm_proxy.proxy_type not in LLM_PROXY_REGISTRY:
+            known = ", ".join(sorted(LLM_PROXY_REGISTRY))
+            problems.append(Problem(f"{name}.llm_proxy.proxy_type", f"ROLL registers no proxy "
+                                    f"'{workers.llm_proxy.proxy_type}' (it has {known})"))
+        if safe_import_class(workers.group_filter_cls) is None:
+            problems.append(Problem(f"{name}.group_filter_cls", f"'{workers.group_filter_cls}' does not import"))
+    for tag, env in config.custom_envs.items():
+        cls = env.get("env_manager_cls", "")
+        if safe_import_class(cls) is None:
+            problems.append(Problem(f"custom_envs.{tag}.env_manager_cls", f"'{cls}' does not import here"))
+    return problems
+
+
+def _envs(config: Any) -> list[Problem]:
+    """Each agentbridge env slot's spec and tasks load and its budgets fit ROLL's ``sequence_length``."""
+    from agentbridge.rollout.agent import read_tasks_jsonl
+    from agentbridge.rollout.agent_edge import fit_limits
+    from agentbridge.rollout.trajectory import Limits
+
+    problems = []
+    for tag, env in config.custom_envs.items():
+        settings = env.get("env_config", {})
+        if "spec_path" not in settings:
+            continue  # not one of agentbridge's env slots
+        where = f"custom_envs.{tag}.env_config"
+        try:
+            spec = load_spec(str(settings["spec_path"]))
+            tasks = read_tasks_jsonl(str(settings["data_path"]))
+        except (SpecError, OSError, ValueError) as e:
+            problems.append(Problem(where, kit.first_line(e)))
+            continue
+        if not tasks:
+            problems.append(Problem(f"{where}.data_path", "no tasks"))
+        a = spec.agent
+        try:
+            fit_limits(Limits(max_turns=a.max_turns, max_prompt_tokens=a.max_prompt_tokens,
+                              max_response_tokens=a.max_response_tokens, max_tokens_per_turn=a.max_tokens_per_turn),
+                       max_total=int(config.sequence_length))
+        except ValueError as e:
+            problems.append(Problem("sequence_length", kit.first_line(e)))
+    return problems
+
+
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
+    """Every problem ROLL (or agentbridge's side of the job) finds, one line each; ROLL's chatter muted."""
+    skipped = [] if skipped is None else skipped
+    job_dir = Path(job_dir).resolve()
+    from agentbridge_roll.backend import RollBackend
+
+    if spec is None:
+        try:
+            spec = load_spec(job_dir / "spec.yaml")
+        except SpecError as e:
+            return [Problem(str(job_dir / "spec.yaml"), line) for line in e.problems]
+    problems = list(RollBackend().check(spec))
+    keep_roll_logs_out_of_cwd()
+    try:
+        with _quiet():
+            import roll.pipeline.agentic.agentic_config  # noqa: F401
+    except ImportError as e:
+        return [*problems, Problem("roll", f"ROLL does not import here ({kit.first_line(e)}); {INSTALL}")]
+    skipped.append(f"ROLL's version: a source checkout carries none to compare; this adapter is verified against "
+                   f"{ROLL_SOURCE}")
+    from agentbridge.models import ModelError, is_hub_id, load_tokenizer, resolve_model_path
+
+    tokenizer = None
+    try:
+        model = str(resolve_model_path(spec.model.path))
+        tokenizer = load_tokenizer(spec.model.path)
+    except (ModelError, OSError, ValueError) as e:
+        if not is_hub_id(spec.model.path):
+            return [*problems, Problem("model.path", kit.first_line(e).removeprefix("model.path: "))]
+        model = spec.model.path
+        skipped.append(f"model.path {model}: not on this machine (no download here); the checks that read its files "
+                       "were skipped: chat template and prompt rendering")
+    try:
+        cfg = compose_job(job_dir, model)
+    except Exception as e:  # noqa: BLE001 - Hydra's composition errors, one line
+        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"Hydra cannot compose it: {kit.first_line(e)}")]
+    try:
+        config = build_config(cfg)
+    except Exception as e:  # noqa: BLE001 - dacite's type errors and AgenticConfig's assertions, one line
+        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"ROLL's AgenticConfig rejects it: {kit.first_line(e)}")]
+    problems += _classes(config) + _envs(config)
+    skipped.append("ROLL's AgenticPipeline (workers placed on GPUs by device_mapping): run by the job's entry")
+    _, agent_problems = kit.agent_check(spec, tokenizer)
+    unique = {str(p): p for p in problems + agent_problems}  # the train and eval slots share spec and lengths
+    return list(unique.values())
+
+
+if __name__ == "__main__":
+    sys.exit(kit.validator_main(validate_job, "python -m agentbridge_roll.validate"))

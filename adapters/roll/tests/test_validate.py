@@ -1,0 +1,54 @@
+"""validate: ROLL's own config classes (``AgenticConfig`` via ``dacite``) on compiled jobs, where ROLL imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from roll_helpers import ROOT, compile_job, needs_roll
+
+from agentbridge.backends import Job
+from agentbridge_roll.backend import RollBackend
+
+pytestmark = needs_roll
+
+
+def test_a_compiled_job_passes_rolls_config(small_job: Job) -> None:
+    report = RollBackend().validate(small_job)
+    assert report.ok, report.problems
+    assert any("AgenticPipeline" in s for s in report.details.get("skipped", []))
+
+
+@pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "reinforce_pp", "ppo"])
+def test_each_algorithm_builds_rolls_config(tmp_path: Path, algo: str) -> None:
+    report = RollBackend().validate(compile_job(tmp_path / "job", f"algorithm.name={algo}", "algorithm.kl_coef=0.05"))
+    assert report.ok, report.problems
+
+
+def test_roll_rejects_what_its_config_rejects(tmp_path: Path) -> None:
+    backend = RollBackend()
+    cases = {
+        "adv": ("backend.overrides={adv_estimator: rloo}", "ROLL's AgenticConfig rejects it: "),
+        "batch": ("backend.overrides={rollout_batch_size: 6}", "rollout_batch_size (6) must be a multiple of "
+                                                               "train_env_manager.group_size (4)"),
+        "proxy": ("backend.overrides={train_env_manager: {llm_proxy: {proxy_type: nope}}}",
+                  "train_env_manager.llm_proxy.proxy_type: ROLL registers no proxy 'nope' (it has "),
+        "manager": ("backend.overrides={custom_envs: {agentbridge: {env_manager_cls: no.such.Manager}}}",
+                    "custom_envs.agentbridge.env_manager_cls: 'no.such.Manager' does not import here"),
+        "length": ("backend.overrides={sequence_length: 100}", "sequence_length: a backend length of 100 tokens"),
+    }
+    for name, (override, expected) in cases.items():
+        (line,) = [str(p) for p in backend.validate(compile_job(tmp_path / name, override)).problems]
+        assert expected in line and "\n" not in line, (name, line)
+    (line,) = [str(p) for p in backend.validate(compile_job(tmp_path / "adv2", cases["adv"][0])).problems]
+    assert "adv_estimator" in line
+
+
+def test_the_validator_runs_as_a_command_with_the_json_protocol(small_job: Job) -> None:
+    out = subprocess.run([sys.executable, "-m", "agentbridge_roll.validate", str(small_job.path), "--json"],
+                         capture_output=True, text=True, cwd=ROOT)
+    verdict = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0 and verdict["problems"] == [] and verdict["skipped"]
