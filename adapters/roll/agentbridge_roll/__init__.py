@@ -3,8 +3,9 @@
 __version__ = "0.1.0"
 # ROLL is not on the package index: the adapter is verified against this commit of GitHub alibaba/ROLL (its
 # setup.py says 0.3.0), read from source (see README.md)
+ROLL_REPO = "alibaba/ROLL"
 ROLL_COMMIT = "8eb27cc2dc34c4d1310b169d9b86d339004d811a"
-ROLL_SOURCE = f"GitHub alibaba/ROLL @ {ROLL_COMMIT[:7]}"
+ROLL_SOURCE = f"GitHub {ROLL_REPO} @ {ROLL_COMMIT[:7]}"
 
 
 def keep_roll_logs_out_of_cwd() -> None:

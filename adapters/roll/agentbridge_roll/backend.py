@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import yaml
 from agentbridge import adapter_kit as kit
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.spec import Spec, dump_spec
-from agentbridge_roll import ROLL_COMMIT, ROLL_SOURCE, __version__, keep_roll_logs_out_of_cwd
+from agentbridge_roll import ROLL_COMMIT, ROLL_REPO, ROLL_SOURCE, __version__, keep_roll_logs_out_of_cwd
 from agentbridge_roll.config import (
     ALGORITHMS,
     CONFIG_NAME,
@@ -39,6 +40,9 @@ if __name__ == "__main__":
 # how this adapter was verified: ROLL is source only, so CI here cannot run its code
 VERIFIED = (f"against ROLL's own code at {ROLL_SOURCE} (source only, not on the package index): config, env "
             "manager and rollout queue on CPU; see adapters/roll/README.md")
+# Capabilities.verified_upstream (an agentbridge without the field is told in the notes only)
+UPSTREAM: dict[str, Any] = ({"verified_upstream": f"{ROLL_REPO}@{ROLL_COMMIT}"}
+            if "verified_upstream" in {f.name for f in dataclasses.fields(Capabilities)} else {})
 
 
 class RollBackend:
@@ -46,7 +50,6 @@ class RollBackend:
 
     name = "roll"
     module = "roll"  # what must import for this backend to run here (a ROLL checkout on PYTHONPATH)
-    verified = VERIFIED
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -56,7 +59,7 @@ class RollBackend:
             notes=[*NOTES, f"verified {VERIFIED}",
                    "training needs GPUs (ROLL: Megatron or FSDP2 actor, vLLM or SGLang); the env manager, rollout "
                    "queue and validation run on CPU",
-                   "images: not wired (agentbridge's ROLL env manager is text only)"])
+                   "images: not wired (agentbridge's ROLL env manager is text only)"], **UPSTREAM)
 
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` ROLL cannot run, one line each (needs no ROLL installed)."""

@@ -76,15 +76,20 @@ def _quiet() -> Any:
 def _classes(config: Any) -> list[Problem]:
     """The classes the config names, imported as ROLL imports them."""
     from roll.pipeline.agentic.llm_proxy import LLM_PROXY_REGISTRY
+    from roll.pipeline.agentic.llm_proxy.policy_proxy import PolicyProxy
     from roll.utils.import_utils import safe_import_class
 
     problems = []
     for name in ("train_env_manager", "val_env_manager"):
         workers = getattr(config, name)
-        if workers.llm_proxy.proxy_type not in LLM_PROXY_REGISTRY:
+        proxy = workers.llm_proxy.proxy_type
+        if proxy not in LLM_PROXY_REGISTRY:
             known = ", ".join(sorted(LLM_PROXY_REGISTRY))
-            problems.append(Problem(f"{name}.llm_proxy.proxy_type", f"ROLL registers no proxy "
-                                    f"'{workers.llm_proxy.proxy_type}' (it has {known})"))
+            problems.append(Problem(f"{name}.llm_proxy.proxy_type", f"ROLL registers no proxy '{proxy}' (it has "
+                                    f"{known})"))
+        elif not issubclass(LLM_PROXY_REGISTRY[proxy], PolicyProxy):
+            problems.append(Problem(f"{name}.llm_proxy.proxy_type", f"'{proxy}' does not generate from token ids; "
+                                    "agentbridge's env manager is token in, token out: use 'policy' (ROLL's engines)"))
         if safe_import_class(workers.group_filter_cls) is None:
             problems.append(Problem(f"{name}.group_filter_cls", f"'{workers.group_filter_cls}' does not import"))
     for tag, env in config.custom_envs.items():

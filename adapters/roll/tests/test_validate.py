@@ -36,6 +36,8 @@ def test_roll_rejects_what_its_config_rejects(tmp_path: Path) -> None:
                                                                "train_env_manager.group_size (4)"),
         "proxy": ("backend.overrides={train_env_manager: {llm_proxy: {proxy_type: nope}}}",
                   "train_env_manager.llm_proxy.proxy_type: ROLL registers no proxy 'nope' (it has "),
+        "messages": ("backend.overrides={train_env_manager: {llm_proxy: {proxy_type: openai}}}",
+                     "train_env_manager.llm_proxy.proxy_type: 'openai' does not generate from token ids"),
         "manager": ("backend.overrides={custom_envs: {agentbridge: {env_manager_cls: no.such.Manager}}}",
                     "custom_envs.agentbridge.env_manager_cls: 'no.such.Manager' does not import here"),
         "length": ("backend.overrides={sequence_length: 100}", "sequence_length: a backend length of 100 tokens"),
