@@ -45,6 +45,12 @@ FIRST_PARTY: dict[str, dict[str, Any]] = {
               "cpu_pre": [["--no-deps", "rlinf==0.3.0"]], "gpu": ["rlinf[agentic-sglang]==0.3.0"],
               "gpu_conflict": "RLinf 0.3.0's engine extras (agentic-sglang, agentic-vllm) pin transformers==4.51.1 "
                               "and agentbridge[hf] needs transformers>=5.5.3: no one environment holds both"},
+    # slime is source only (PyPI `slime` is another project): no recipe can install it; its adapter says how to use a
+    # checkout (and which commit it was verified against)
+    "slime": {"module": "slime", "adapter": "agentbridge-slime", "extra": "cpu",
+              "source_only": "slime is not on the package index; create an environment with agentbridge-slime[cpu] "
+                             "and put a checkout of THUDM/slime (verified: 624b824) on PYTHONPATH, as "
+                             "adapters/slime/README.md says"},
 }
 QWEN_VOCAB = ["--no-deps", "dashscope"]  # the real Qwen2.5 vocabulary (qwen.tiktoken) for builtin:tiny-qwen2.5
 
@@ -121,8 +127,11 @@ def recipe(backend: str, *, cpu: bool, plugins: list[str] | None = None, extra: 
     """The first-party recipe for ``backend``; ``plugins`` defaults to every plugin installed here; ``extra``
     packages (e.g. pytest) join the main install step, so one resolve keeps the backend's pins."""
     if backend not in FIRST_PARTY:
-        raise ValueError(f"backends setup: no recipe for '{backend}' (first-party: {', '.join(FIRST_PARTY)})")
+        with_recipe = [name for name, info in FIRST_PARTY.items() if not info.get("source_only")]
+        raise ValueError(f"backends setup: no recipe for '{backend}' (first-party: {', '.join(with_recipe)})")
     info = FIRST_PARTY[backend]
+    if info.get("source_only"):
+        raise ValueError(f"backends setup {backend}: {info['source_only']}")
     if not cpu and info.get("gpu_conflict"):
         raise ValueError(f"backends setup {backend} --gpu: {info['gpu_conflict']}")
     core = source_of("agentbridge", "hf" if backend != "verl" else None)  # veRL pins an older transformers

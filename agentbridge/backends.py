@@ -33,6 +33,10 @@ class Capabilities:
     turn_credit: bool = False  # whether its training batch takes per-token rewards (``algorithm.credit: turn``)
     serves_reward_models: bool = False  # whether its job serves ``core/reward_model`` with ``serve: backend``
     notes: list[str] = field(default_factory=list)
+    # ``owner/repo@commit`` when the backend is not on the package index and its adapter was verified against that
+    # upstream commit, outside this repository's CI (which checks the adapter's compile output and protocol only);
+    # empty when the adapter's tests run against the backend's own code wherever the backend installs
+    verified_upstream: str = ""
 
 
 @dataclass
@@ -119,7 +123,12 @@ FIRST_PARTY_ALGORITHMS: dict[str, list[str]] = {
     "verl": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
     "openrlhf": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
     "rlinf": ["dapo", "grpo", "reinforce_pp"],
+    "slime": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp"],
 }
+# first-party backends installed from the package index, whose adapter tests run the backend's own code (rollout
+# conformance included) in this repository's CI; a backend that is not on the index says instead which upstream
+# commit its adapter was verified against (``Capabilities.verified_upstream``)
+VERIFIED_IN_CI = ("trl", "verl", "openrlhf", "rlinf")
 FIRST_PARTY_TURN_CREDIT = ("verl",)  # first-party backends whose training batch takes per-token rewards
 FIRST_PARTY_SERVING = ("verl", "openrlhf")  # first-party backends whose job serves a reward model (serve: backend)
 
@@ -137,6 +146,18 @@ def known_capabilities() -> dict[str, Capabilities]:
         except Exception:  # noqa: BLE001 - a broken backend package is left out of what the others are told
             continue
     return known
+
+
+def verification(name: str, caps: Capabilities) -> tuple[str, str]:
+    """How backend ``name``'s adapter was verified against the backend's own code: ``(short, sentence)``."""
+    if caps.verified_upstream:
+        return (f"upstream {caps.verified_upstream.split('@')[0]}@{caps.verified_upstream.split('@')[-1][:7]}",
+                f"verified against upstream {caps.verified_upstream}, outside this repository's CI (not on the "
+                "package index: CI checks its compile output and the protocol it speaks)")
+    if name in VERIFIED_IN_CI:
+        return ("this CI", "verified in this repository's CI against its own code (installed from the package "
+                           "index)")
+    return ("not stated", "its adapter does not say how it was verified")
 
 
 def serving_problem(spec: Spec, backend: Backend) -> Problem | None:

@@ -357,27 +357,32 @@ def backends(ctx: click.Context) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from agentbridge.backends import backend_python
+    from agentbridge.backends import backend_python, verification
     from agentbridge.plugins import get_plugins
 
     registry = get_plugins().backends
     table = Table("backend", "algorithms", "multimodal", "tool images", "max turns", "async", "turn credit",
-                  "serves RMs", "scale-out", "environment")
+                  "serves RMs", "scale-out", "verified", "environment")
     yes = {True: "yes", False: "no"}
+    verified: list[str] = []
     for name in registry.ids():
         try:
             backend = registry.get(name)
             caps = backend.capabilities()
         except Exception as e:  # noqa: BLE001 - a broken backend package is one row, the others are still listed
             table.add_row(name, f"broken: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                          *[""] * 8)
+                          *[""] * 9)
             continue
         python = backend_python(name, getattr(backend, "module", name))
         where = "this one" if python == sys.executable else python or f"none: agentbridge backends setup {name}"
+        short, sentence = verification(name, caps)
+        verified.append(f"{name}: {sentence}")
         table.add_row(name, ", ".join(caps.algorithms), yes[caps.multimodal], yes[caps.tool_images],
                       str(caps.max_turns or "spec"), yes[caps.async_rollout], yes[caps.turn_credit],
-                      yes[caps.serves_reward_models], caps.scale_out, where)
+                      yes[caps.serves_reward_models], caps.scale_out, short, where)
     Console(width=max(160, Console().width)).print(table)
+    for line in verified:
+        click.echo(line)
     if not registry.ids():
         click.echo("no backend is installed; pip install agentbridge-trl (or -verl, -openrlhf)")
 
