@@ -1,0 +1,218 @@
+"""The spec mapped to slime's command line (``train.py``: Megatron's flags, slime's own, and ``--sglang-*``).
+
+The job keeps the flags as one YAML mapping (``slime_job.yaml``: flag name without ``--`` -> value; ``true`` is a bare
+switch, a list is several values). ``launch.sh`` turns it into ``train.py``'s argument list with
+``python -m agentbridge_slime.args`` and the validator parses the same list with slime's own parser, so what is
+checked is what runs. Values may name ``${ROOT}`` (the job directory), ``${MODEL}`` and ``${RUN_DIR}``.
+
+slime reaches agentbridge through two of its hooks: ``--custom-generate-function-path`` (the driver runs each
+sample's episode: :func:`agentbridge_slime.generate.generate`) and ``--custom-config-path`` (``agentbridge.yaml``:
+slime sets its keys on ``args``; ``agentbridge_spec`` tells the generate function where the job's spec is).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentbridge.adapter_kit import flatten
+from agentbridge.backends import Problem
+from agentbridge.spec import Spec
+
+CONFIG_NAME = "slime_job.yaml"
+CUSTOM_CONFIG = "agentbridge.yaml"  # slime's --custom-config-path: keys set on args by slime_validate_args
+TASK_KEY = "agentbridge_task"  # the key of each row's metadata carrying the task as JSON
+GENERATE_HOOK = "agentbridge_slime.generate.generate"
+DR_GRPO_REDUCER = "agentbridge_slime.reducers.dr_grpo_pg_loss_reducer"
+DAPO_FILTER = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
+
+# agentbridge algorithm -> slime flags (slime/utils/arguments.py: --advantage-estimator and the loss flags). slime's
+# default pg-loss reduction is each sample's token mean, then the mean over samples (sum_of_sample_mean): grpo's.
+ALGORITHMS: dict[str, dict[str, Any]] = {
+    "grpo": {"advantage-estimator": "grpo", "eps-clip": 0.2},
+    # no std in the group advantage; the pg loss summed over tokens and divided by the constant max response length
+    "dr_grpo": {"advantage-estimator": "grpo", "eps-clip": 0.2, "disable-grpo-std-normalization": True,
+                "custom-pg-loss-reducer-function-path": DR_GRPO_REDUCER},
+    # clip-higher, token-level loss, and slime's dynamic-sampling filter (groups whose rewards all agree dropped)
+    "dapo": {"advantage-estimator": "grpo", "eps-clip": 0.2, "eps-clip-high": 0.28, "calculate-per-token-loss": True,
+             "dynamic-sampling-filter-path": DAPO_FILTER},
+    # sequence-level importance ratio (slime's gspo), GSPO's clip range
+    "gspo": {"advantage-estimator": "gspo", "eps-clip": 3e-4, "eps-clip-high": 4e-4},
+    # KL as a penalty in the token rewards (--kl-coef), advantages whitened (slime requires --normalize-advantages)
+    "reinforce_pp": {"advantage-estimator": "reinforce_plus_plus", "eps-clip": 0.2, "normalize-advantages": True,
+                     "calculate-per-token-loss": True},
+    "ppo": {"advantage-estimator": "ppo", "eps-clip": 0.2, "gamma": 1.0, "lambd": 0.95, "normalize-advantages": True,
+            "calculate-per-token-loss": True},
+}
+KL_IN_REWARD = ("reinforce_pp", "ppo")  # the others take KL as a k3 (low_var_kl) term in the loss
+GROUPED = ("grpo", "dr_grpo", "dapo", "gspo")
+# why slime cannot run the others (the capability error says it, naming the backends that can)
+WHY_NOT = {"rloo": "slime's --advantage-estimator has no leave-one-out baseline (grpo, gspo, cispo, "
+                   "reinforce_plus_plus, reinforce_plus_plus_baseline, ppo)"}
+NOTES = [
+    "dr_grpo: slime's grpo advantage without the std (--disable-grpo-std-normalization) and a pg-loss reducer "
+    "dividing by the constant max response length (agentbridge_slime.reducers)",
+    "dapo: clip 0.2/0.28, token-level loss and slime's dynamic-sampling filter (check_reward_nonzero_std); no "
+    "overlong shaping",
+    "training: Megatron only (slime's --train-backend); rollouts: SGLang behind slime's router",
+]
+
+# backend.options the slime adapter understands, with their defaults
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "model_script": None,  # slime's scripts/models/<name>.sh: the Megatron architecture flags (MODEL_ARGS)
+    "micro_batch_size": 1,
+    "tensor_parallel_size": 1,  # Megatron's --tensor-model-parallel-size
+    "gpus_per_engine": 1,  # --rollout-num-gpus-per-engine (SGLang tensor parallelism)
+    "gpu_memory_utilization": 0.7,  # --sglang-mem-fraction-static
+    "colocate": True,  # actor and rollout on the same GPUs
+    "save_interval": None,
+}
+OPTIONS = tuple(DEFAULT_OPTIONS)
+POSITIVE_INTS = ("micro_batch_size", "tensor_parallel_size", "gpus_per_engine")
+
+
+def applies(spec: Spec) -> bool:
+    """Whether the spec's ``backend.options`` / ``backend.overrides`` are slime's (it is the spec's backend)."""
+    return spec.backend.name == "slime"
+
+
+def options(spec: Spec) -> dict[str, Any]:
+    return {**DEFAULT_OPTIONS, **(spec.backend.options if applies(spec) else {})}
+
+
+def option_problems(spec: Spec) -> list[Problem]:
+    """One problem per slime option of the spec whose value has the wrong type or range."""
+    if not applies(spec):
+        return []
+    given = spec.backend.options
+
+    def bad(key: str, want: str) -> Problem:
+        return Problem(f"backend.options.{key}", f"must be {want}, got {given[key]!r}")
+
+    problems = [bad(key, "a positive integer") for key in POSITIVE_INTS
+                if key in given and (type(given[key]) is not int or given[key] < 1)]
+    if "save_interval" in given and given["save_interval"] is not None and (
+            type(given["save_interval"]) is not int or given["save_interval"] < 1):
+        problems.append(bad("save_interval", "a positive integer or null (no checkpoints)"))
+    memory = given.get("gpu_memory_utilization", 0.5)
+    if type(memory) not in (int, float) or not 0 < memory <= 1:
+        problems.append(bad("gpu_memory_utilization", "a number in (0, 1]"))
+    if "colocate" in given and not isinstance(given["colocate"], bool):
+        problems.append(bad("colocate", "true or false"))
+    if given.get("model_script") is not None and not isinstance(given["model_script"], str):
+        problems.append(bad("model_script", "the name of one of slime's scripts/models/*.sh (e.g. qwen2.5-3B)"))
+    return problems
+
+
+def gpus_per_node(spec: Spec) -> int:
+    return max(1, spec.resources.gpus_per_node)
+
+
+def flag_name(key: str) -> str:
+    """``--foo_bar`` / ``foo_bar`` / ``foo-bar`` -> ``foo-bar`` (how the job's YAML names slime's flags)."""
+    return key.lstrip("-").replace("_", "-")
+
+
+def settings(spec: Spec) -> dict[str, Any]:
+    """Every flag this spec sets, before ``backend.overrides``."""
+    algo, agent, opts = spec.algorithm, spec.agent, options(spec)
+    gpus = gpus_per_node(spec)
+    flags: dict[str, Any] = {
+        # cluster: actor (Megatron) and rollout (SGLang) on the same GPUs unless colocate is off
+        "actor-num-nodes": spec.resources.nodes,
+        "actor-num-gpus-per-node": gpus,
+        "colocate": bool(opts["colocate"]),
+        "rollout-num-gpus-per-engine": int(opts["gpus_per_engine"]),
+        "sglang-mem-fraction-static": float(opts["gpu_memory_utilization"]),
+        # the model: Hugging Face weights for SGLang, the tokenizer and slime's HF loader
+        "hf-checkpoint": "${MODEL}",
+        "load": "${LOAD}",
+        "save": "${RUN_DIR}/checkpoints",
+        # data: the job's rows; slime renders each prompt with the chat template, the driver renders its own
+        "prompt-data": "${ROOT}/data/train.jsonl",
+        "input-key": "prompt",
+        "label-key": "label",
+        "metadata-key": "metadata",
+        "apply-chat-template": True,
+        "rollout-shuffle": True,
+        "rollout-seed": spec.seed,
+        "seed": spec.seed,
+        # batch: one optimizer step per rollout of batch_size prompts x group_size episodes
+        "num-rollout": algo.steps,
+        "rollout-batch-size": algo.batch_size,
+        "n-samples-per-prompt": algo.group_size,
+        "global-batch-size": algo.batch_size * algo.group_size,
+        "micro-batch-size": int(opts["micro_batch_size"]),
+        # lengths: the driver cuts every episode to these (agentbridge.rollout.agent_edge.fit_limits)
+        "rollout-max-prompt-len": agent.max_prompt_tokens,
+        "rollout-max-response-len": agent.max_response_tokens,
+        "rollout-max-context-len": agent.max_prompt_tokens + agent.max_response_tokens,
+        # sampling: SGLang's sampling params for every turn; the driver sets each turn's max_new_tokens
+        "rollout-temperature": agent.sampling.temperature,
+        "rollout-top-p": agent.sampling.top_p,
+        "rollout-top-k": agent.sampling.top_k or -1,
+        # agentbridge: the driver runs each sample's episode and scores it (the reward is set: no reward model)
+        "custom-generate-function-path": GENERATE_HOOK,
+        "custom-config-path": f"${{ROOT}}/{CUSTOM_CONFIG}",
+        # the engine's log-probs of every generated token are the old log-probs (as on the other backends)
+        "use-rollout-logprobs": True,
+        # optimizer (Megatron's flags)
+        "optimizer": "adam",
+        "lr": algo.lr,
+        "lr-decay-style": "constant",
+        "lr-warmup-iters": algo.warmup_steps,
+        "weight-decay": 0.0,
+        "adam-beta1": 0.9,
+        "adam-beta2": 0.999,
+        "clip-grad": 1.0,
+        "bf16": True,
+        "tensor-model-parallel-size": int(opts["tensor_parallel_size"]),
+        "attention-dropout": 0.0,
+        "hidden-dropout": 0.0,
+        "accumulate-allreduce-grads-in-fp32": True,
+        "attention-softmax-in-fp32": True,
+        "entropy-coef": 0.0,
+    }
+    if opts["save_interval"] is not None:
+        flags["save-interval"] = int(opts["save_interval"])
+    flags.update(ALGORITHMS.get(algo.name, {}))
+    if algo.name == "dapo":
+        flags["over-sampling-batch-size"] = algo.batch_size
+    if algo.kl_coef > 0:
+        flags["ref-load"] = "${REF_LOAD}"
+        if algo.name in KL_IN_REWARD:
+            flags["kl-coef"] = algo.kl_coef
+        else:
+            flags.update({"use-kl-loss": True, "kl-loss-coef": algo.kl_coef, "kl-loss-type": "low_var_kl"})
+    return flags
+
+
+def overrides(spec: Spec) -> dict[str, Any]:
+    """``backend.overrides`` as flag names (``{eps-clip-high: 0.3}``; null or false removes a flag), when they are
+    slime's."""
+    return {flag_name(k): v for k, v in flatten(spec.backend.overrides).items()} if applies(spec) else {}
+
+
+def job_config(spec: Spec) -> dict[str, Any]:
+    """The job's flags: the mapped ones, then the overrides (a flag set to null or false is left out)."""
+    merged = {**settings(spec), **overrides(spec)}
+    return {k: v for k, v in merged.items() if v is not None and v is not False}
+
+
+def argv(config: dict[str, Any], paths: dict[str, str]) -> list[str]:
+    """``train.py``'s arguments for the job's flags, ``${NAME}`` replaced from ``paths`` (ROOT, MODEL, RUN_DIR, ...)."""
+
+    def value(v: Any) -> str:
+        text = str(v)
+        for name, path in paths.items():
+            text = text.replace(f"${{{name}}}", path)
+        return text
+
+    out: list[str] = []
+    for key, v in config.items():
+        if v is None or v is False:
+            continue
+        out.append(f"--{flag_name(key)}")
+        if v is True:
+            continue
+        out += [value(x) for x in v] if isinstance(v, list) else [value(v)]
+    return out

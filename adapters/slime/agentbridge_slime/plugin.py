@@ -1,0 +1,14 @@
+"""Registers the slime backend (imports no slime, Ray or torch: the backend loads them only to validate or run)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentbridge.hooks import hookimpl
+from agentbridge_slime.backend import SlimeBackend
+
+
+@hookimpl
+def register_backends(register: Callable[[Any], None]) -> None:
+    register(SlimeBackend())

@@ -1,0 +1,174 @@
+"""slime's own checks on a compiled job, run where slime imports (``python -m agentbridge_slime.validate JOB``).
+
+The job's ``train.py`` arguments (``agentbridge_slime.args``, as ``launch.sh`` builds them) go through slime's own
+``parse_args`` steps, minus the one that needs Megatron-LM:
+
+* slime's pre-parse (``_pre_parse_mode``: train backend, debug modes);
+* SGLang's flags with slime's ``add_sglang_arguments`` (SGLang's own ``ServerArgs.add_cli_args``, prefixed);
+* slime's flags with ``get_slime_extra_args_provider()`` on a parser that stands in for Megatron's: it declares only
+  the Megatron flags the job passes or slime's validator reads (:data:`MEGATRON_FLAGS`); Megatron's parser and
+  ``megatron_validate_args`` need a Megatron-LM checkout, so the job's entry runs them on the cluster;
+* ``slime_validate_args`` (which also applies ``--custom-config-path``) and slime's SGLang ``validate_args``;
+* agentbridge's side: the generate function imports and finds the job's spec through ``args``, and the driver's
+  agent renders the job's episodes with the model's chat template.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, NoReturn
+
+from agentbridge import adapter_kit as kit
+from agentbridge.backends import Problem
+from agentbridge.spec import Spec, SpecError, load_spec
+from agentbridge_slime import SLIME_PIN
+
+# the Megatron-LM flags the job passes or slime_validate_args reads (Megatron's own parser needs Megatron-LM)
+MEGATRON_FLAGS: dict[str, dict[str, Any]] = {
+    "--no-load-optim": {"action": "store_true"},
+    "--no-load-rng": {"action": "store_true"},
+    "--finetune": {"action": "store_true"},
+    "--ckpt-step": {"type": int, "default": None},
+    "--optimizer": {"type": str, "choices": ["adam", "sgd"], "default": "adam"},
+    "--lr-decay-style": {"type": str, "choices": ["constant", "linear", "cosine", "inverse-square-root", "WSD"],
+                         "default": "linear"},
+    "--lr-warmup-iters": {"type": int, "default": 0},
+    "--weight-decay": {"type": float, "default": 0.01},
+    "--adam-beta1": {"type": float, "default": 0.9},
+    "--adam-beta2": {"type": float, "default": 0.999},
+    "--bf16": {"action": "store_true"},
+    "--tensor-model-parallel-size": {"type": int, "default": 1},
+    "--attention-dropout": {"type": float, "default": 0.1},
+    "--hidden-dropout": {"type": float, "default": 0.1},
+    "--accumulate-allreduce-grads-in-fp32": {"action": "store_true"},
+    "--attention-softmax-in-fp32": {"action": "store_true"},
+}
+PLACEHOLDER_RUN_DIR = "/tmp/agentbridge-slime-check"  # where checkpoints would go: only named, never written
+
+
+class ArgumentProblem(ValueError):
+    """argparse's complaint about the job's arguments, as an exception (argparse would exit)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentProblem(message)
+
+
+def parse_job(job_dir: Path, model: str, run_dir: str = PLACEHOLDER_RUN_DIR,
+              unchecked: list[str] | None = None) -> argparse.Namespace:
+    """slime's ``args`` for the job, through slime's own parsers and ``slime_validate_args`` (see the module doc).
+    Flags none of the parsers declares (Megatron's, when a user adds them) are listed in ``unchecked``. Raises
+    :class:`ArgumentProblem`, or what slime's validators raise (AssertionError, ValueError, FileNotFoundError)."""
+    from slime.backends.sglang_utils.arguments import add_sglang_arguments
+    from slime.backends.sglang_utils.arguments import validate_args as sglang_validate_args
+    from slime.utils.arguments import _pre_parse_mode, get_slime_extra_args_provider, slime_validate_args
+
+    from agentbridge_slime.args import job_argv
+
+    argv = job_argv(Path(job_dir), model, run_dir)
+    saved = sys.argv
+    sys.argv = ["train.py", *argv]
+    try:
+        pre = _pre_parse_mode()  # slime's own pre-parse reads sys.argv, as train.py's does
+    finally:
+        sys.argv = saved
+    sglang_parser = _Parser(add_help=False, allow_abbrev=False)
+    add_sglang_arguments(sglang_parser)
+    gpus_per_engine = argv[argv.index("--rollout-num-gpus-per-engine") + 1] \
+        if "--rollout-num-gpus-per-engine" in argv else 1
+    sglang_parser.set_defaults(sglang_tensor_parallel_size=int(gpus_per_engine))
+    sglang_ns, _ = sglang_parser.parse_known_args(argv)
+    parser = _Parser(add_help=False, allow_abbrev=False)
+    for flag, kwargs in MEGATRON_FLAGS.items():
+        parser.add_argument(flag, **kwargs)
+    get_slime_extra_args_provider()(parser)
+    args, rest = parser.parse_known_args(argv)
+    sglang_flags = {flag for action in sglang_parser._actions for flag in action.option_strings}
+    pre_flags = {"--train-backend", "--debug-rollout-only", "--debug-train-only", "--load-debug-rollout-data"}
+    left = [a for a in rest if a.startswith("--") and a.split("=")[0] not in sglang_flags | pre_flags]
+    if unchecked is not None:
+        unchecked += left
+    for source in (pre, sglang_ns):
+        for key, value in vars(source).items():
+            setattr(args, key, value)
+    slime_validate_args(args)
+    sglang_validate_args(args)
+    return args
+
+
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
+    """Every problem slime (or agentbridge's side of the job) finds, one line each; slime's chatter muted."""
+    level = logging.getLogger().level
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            return _validate(Path(job_dir), [] if skipped is None else skipped, spec)
+        finally:
+            logging.getLogger().setLevel(level)
+
+
+def _begin(job_dir: Path, spec: Spec | None) -> tuple[Spec | None, list[Problem], str, Any]:
+    """The spec, the capability check, slime importing, the model and its tokenizer (as ``kit.begin_validation``,
+    but slime comes from a checkout on ``PYTHONPATH``, not a distribution with a version)."""
+    import importlib.util
+
+    from agentbridge.models import ModelError, load_tokenizer, resolve_model_path
+    from agentbridge_slime.backend import SlimeBackend
+
+    if spec is None:
+        try:
+            spec = load_spec(job_dir / "spec.yaml")
+        except SpecError as e:
+            return None, [Problem(str(job_dir / "spec.yaml"), line) for line in e.problems], "", None
+    problems = list(SlimeBackend().check(spec))
+    if importlib.util.find_spec("slime") is None:
+        problems.append(Problem("slime", f"slime does not import here; put a checkout of {SLIME_PIN} on "
+                                "PYTHONPATH in an environment with agentbridge-slime[cpu] (adapters/slime/README.md)"))
+        return spec, problems, "", None
+    try:
+        return spec, problems, str(resolve_model_path(spec.model.path)), load_tokenizer(spec.model.path)
+    except (ModelError, OSError, ValueError) as e:
+        problems.append(Problem("model.path", kit.first_line(e).removeprefix("model.path: ")))
+        return spec, problems, "", None
+
+
+def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Problem]:
+    job_dir = job_dir.resolve()
+    spec, problems, model, tokenizer = _begin(job_dir, spec)
+    if spec is None or tokenizer is None:
+        return problems
+    import slime
+
+    skipped.append(f"slime imported from {Path(slime.__file__).parent.parent}; this adapter was verified against "
+                   f"{SLIME_PIN}")
+    unchecked: list[str] = []
+    try:
+        args = parse_job(job_dir, model, unchecked=unchecked)
+    except ArgumentProblem as e:
+        return [*problems, Problem("slime_job.yaml", f"slime's argument parser rejects it: {kit.first_line(e)}")]
+    except (AssertionError, ValueError, FileNotFoundError, KeyError) as e:
+        return [*problems, Problem("slime_job.yaml", f"slime's slime_validate_args rejects it: {kit.first_line(e)}")]
+    skipped.append("Megatron-LM's parser and megatron_validate_args (model architecture, parallelism): run by "
+                   "slime's train.py on the cluster" + (f"; flags only Megatron declares: {', '.join(unchecked)}"
+                                                       if unchecked else ""))
+    try:
+        from agentbridge_slime.generate import spec_path
+
+        if spec_path(args) != job_dir / "spec.yaml":
+            problems.append(Problem("agentbridge.yaml", f"slime's args point the generate function at "
+                                    f"{spec_path(args)}, not the job's spec"))
+    except (ImportError, ValueError) as e:
+        problems.append(Problem("custom-generate-function-path", kit.first_line(e)))
+    _, agent_problems = kit.agent_check(spec, tokenizer)
+    return problems + agent_problems
+
+
+if __name__ == "__main__":
+    sys.exit(kit.validator_main(validate_job, "python -m agentbridge_slime.validate"))

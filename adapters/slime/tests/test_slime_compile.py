@@ -1,0 +1,185 @@
+"""compile and check: the job directory, its rows, its flags and scripts; capability errors; the plugin stays light
+(no slime, Ray or torch at import). Runs without slime."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from slime_testkit import EXAMPLE, ROOT, SMALL, compile_job
+
+from agentbridge.backends import FIRST_PARTY_ALGORITHMS, Backend, Job, known_capabilities
+from agentbridge.backends import compile_job as pipeline_compile
+from agentbridge.plugins import get_plugins
+from agentbridge.spec import SpecError, load_spec
+from agentbridge_slime import SLIME_COMMIT
+from agentbridge_slime.args import job_argv
+from agentbridge_slime.backend import SlimeBackend
+from agentbridge_slime.config import argv
+from agentbridge_slime.data import task_from_metadata
+
+
+def test_registered_and_implements_the_protocol() -> None:
+    backend = get_plugins().backends.get("slime")
+    assert isinstance(backend, SlimeBackend) and isinstance(backend, Backend)
+    caps = backend.capabilities()
+    assert caps.algorithms == ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp"]
+    assert caps.algorithms == sorted(FIRST_PARTY_ALGORITHMS["slime"])
+    assert not caps.multimodal and not caps.turn_credit and not caps.cpu_training
+    assert caps.verified_upstream == f"THUDM/slime@{SLIME_COMMIT}" and len(SLIME_COMMIT) == 40
+
+
+def test_rloo_is_one_line_naming_who_can() -> None:
+    problems = SlimeBackend().check(load_spec(ROOT / EXAMPLE, [*SMALL, "algorithm.name=rloo"]))
+    assert len(problems) == 1 and "\n" not in str(problems[0])
+    line = str(problems[0])
+    assert line.startswith("algorithm.name: slime cannot run 'rloo' (it runs dapo, dr_grpo, grpo, gspo, ppo, "
+                           "reinforce_pp)")
+    can = sorted(n for n, c in known_capabilities().items() if "rloo" in c.algorithms and n != "slime")
+    assert {"openrlhf", "verl"} <= set(can) and f"backends that can: {', '.join(can)}" in line
+    assert "no leave-one-out baseline" in line
+    with pytest.raises(SpecError) as e:  # the compile pipeline refuses it before writing anything
+        pipeline_compile(load_spec(ROOT / EXAMPLE, [*SMALL, "algorithm.name=rloo"]), SlimeBackend(),
+                         ROOT / "jobs" / "never-written")
+    assert [p for p in e.value.problems if p.startswith("algorithm.name")] == [line]
+    assert not (ROOT / "jobs" / "never-written").exists()
+
+
+@pytest.mark.parametrize(("sets", "expected"), [
+    ([], []),
+    (["backend.options.lr_warmup=3"], ["backend.options.lr_warmup: unknown slime option"]),
+    (["algorithm.name=grpo", "algorithm.group_size=1"], ["algorithm.group_size: grpo computes advantages"]),
+    (["backend.options.micro_batch_size=abc"], ["backend.options.micro_batch_size: must be a positive integer"]),
+    (["backend.options.gpu_memory_utilization=1.5"], ["backend.options.gpu_memory_utilization: must be a number"]),
+    (["backend.options.colocate=maybe"], ["backend.options.colocate: must be true or false"]),
+    (["agent.sampling.top_p=0.9"], ["agent.sampling.top_p: must be 1.0 on slime"]),
+    (["backend.name=trl", "backend.options.lr_warmup=3"], []),  # another backend's options are not checked here
+])
+def test_check(sets: list[str], expected: list[str]) -> None:
+    problems = [str(p) for p in SlimeBackend().check(load_spec(ROOT / EXAMPLE, [*SMALL, *sets]))]
+    assert len(problems) == len(expected)
+    assert all(p.startswith(e) for p, e in zip(problems, expected, strict=True)), problems
+
+
+def test_compile_writes_a_self_contained_job(small_job: Job) -> None:
+    for name in ("manifest.json", "spec.yaml", "slime_job.yaml", "agentbridge.yaml", "launch.sh", "submit.sh",
+                 "data/train.jsonl", "data/eval.jsonl"):
+        assert (small_job.path / name).is_file(), name
+    manifest = json.loads((small_job.path / "manifest.json").read_text())
+    assert manifest["backend"] == "slime" and manifest["versions"]["agentbridge-slime"] == "0.1.0"
+    assert manifest["upstream"] == f"THUDM/slime@{SLIME_COMMIT}" and manifest["tasks"] == {"train": 8, "eval": 4}
+    assert yaml.safe_load((small_job.path / "agentbridge.yaml").read_text()) == {"agentbridge_spec": "spec.yaml"}
+    launch = (small_job.path / "launch.sh").read_text()
+    assert '"$PYTHON" -m agentbridge_slime.args "$ROOT" --model "$MODEL" --run-dir "$RUN_DIR"' in launch
+    assert '"$PYTHON" "$SLIME_DIR/train.py" "${MODEL_ARGS[@]}" "${ARGS[@]}" "$@"' in launch
+    assert "SLIME_DIR:?set SLIME_DIR" in launch and "# NOTE: backend.options.model_script is not set" in launch
+    submit = (small_job.path / "submit.sh").read_text()
+    assert "ray job submit" in submit and '--working-dir "$JOB"' in submit and "ROOT=." in submit
+    for script in ("launch.sh", "submit.sh"):  # bash parses both
+        assert subprocess.run(["bash", "-n", str(small_job.path / script)]).returncode == 0
+
+
+def test_rows_carry_the_task(small_job: Job) -> None:
+    rows = [json.loads(line) for line in (small_job.path / "data" / "train.jsonl").read_text().splitlines()]
+    assert len(rows) == 8
+    row = rows[0]
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"] and row["label"]
+    task = task_from_metadata(row["metadata"])
+    assert task.prompt == row["prompt"][1]["content"] and task.id == row["label"] and task.data["answer"]
+    with pytest.raises(ValueError, match="carries no agentbridge task"):
+        task_from_metadata({"agentbridge_task": "42"})
+    with pytest.raises(ValueError, match="carries no agentbridge task"):
+        task_from_metadata(None)
+
+
+def test_flags_map_the_spec(small_job: Job) -> None:
+    flags = yaml.safe_load((small_job.path / "slime_job.yaml").read_text())
+    spec = load_spec(small_job.path / "spec.yaml")
+    agent = spec.agent
+    assert flags["custom-generate-function-path"] == "agentbridge_slime.generate.generate"
+    assert flags["custom-config-path"] == "${ROOT}/agentbridge.yaml"
+    assert flags["prompt-data"] == "${ROOT}/data/train.jsonl" and flags["hf-checkpoint"] == "${MODEL}"
+    assert (flags["input-key"], flags["label-key"], flags["metadata-key"]) == ("prompt", "label", "metadata")
+    assert flags["rollout-batch-size"] == 2 and flags["n-samples-per-prompt"] == 4 and flags["global-batch-size"] == 8
+    assert flags["rollout-max-prompt-len"] == agent.max_prompt_tokens
+    assert flags["rollout-max-response-len"] == agent.max_response_tokens
+    assert flags["rollout-max-context-len"] == agent.max_prompt_tokens + agent.max_response_tokens
+    assert flags["rollout-temperature"] == agent.sampling.temperature and flags["num-rollout"] == spec.algorithm.steps
+    assert flags["use-rollout-logprobs"] is True and flags["apply-chat-template"] is True
+    assert "rm-type" not in flags and "ref-load" not in flags  # the driver scores; no KL, no reference model
+
+
+@pytest.mark.parametrize(("algo", "kl", "expected", "absent"), [
+    ("grpo", 0.0, {"advantage-estimator": "grpo", "eps-clip": 0.2}, ["eps-clip-high", "use-kl-loss", "kl-coef"]),
+    ("grpo", 0.05, {"use-kl-loss": True, "kl-loss-coef": 0.05, "kl-loss-type": "low_var_kl",
+                    "ref-load": "${REF_LOAD}"}, ["kl-coef"]),
+    ("dr_grpo", 0.0, {"disable-grpo-std-normalization": True,
+                      "custom-pg-loss-reducer-function-path": "agentbridge_slime.reducers.dr_grpo_pg_loss_reducer"},
+     []),
+    ("dapo", 0.0, {"eps-clip-high": 0.28, "calculate-per-token-loss": True, "over-sampling-batch-size": 2,
+                   "dynamic-sampling-filter-path":
+                       "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"}, []),
+    ("gspo", 0.0, {"advantage-estimator": "gspo", "eps-clip": 3e-4, "eps-clip-high": 4e-4}, []),
+    ("reinforce_pp", 0.05, {"advantage-estimator": "reinforce_plus_plus", "normalize-advantages": True,
+                            "kl-coef": 0.05}, ["use-kl-loss"]),
+    ("ppo", 0.0, {"advantage-estimator": "ppo", "gamma": 1.0, "lambd": 0.95}, []),
+])
+def test_algorithm_flags(tmp_path: Path, algo: str, kl: float, expected: dict[str, object],
+                         absent: list[str]) -> None:
+    job = compile_job(tmp_path / "job", f"algorithm.name={algo}", f"algorithm.kl_coef={kl}")
+    flags = yaml.safe_load((job.path / "slime_job.yaml").read_text())
+    assert {k: flags.get(k) for k in expected} == expected
+    assert not [k for k in absent if k in flags]
+
+
+def test_overrides_and_options_apply_only_to_slime(tmp_path: Path) -> None:
+    job = compile_job(tmp_path / "mine", "backend.options.micro_batch_size=2",
+                      "backend.options.model_script=qwen2.5-3B",
+                      "backend.overrides={eps_clip_high: 0.3, --use-dynamic-batch-size: true, rollout-shuffle: false}")
+    flags = yaml.safe_load((job.path / "slime_job.yaml").read_text())
+    assert flags["eps-clip-high"] == 0.3 and flags["use-dynamic-batch-size"] is True and "rollout-shuffle" not in flags
+    assert flags["micro-batch-size"] == 2
+    assert 'MODEL_ARGS_FILE="${MODEL_ARGS_FILE:-$SLIME_DIR/scripts/models/qwen2.5-3B.sh}"' in (
+        job.path / "launch.sh").read_text()
+    other = compile_job(tmp_path / "other", "backend.name=trl", "backend.overrides={eps-clip-high: 0.3}")
+    assert yaml.safe_load((other.path / "slime_job.yaml").read_text()).get("eps-clip-high") == 0.28  # dapo's
+    assert any("not applied to the slime job" in n for n in other.manifest["notes"])
+
+
+def test_the_arguments_launch_sh_passes(small_job: Job) -> None:
+    args = job_argv(small_job.path, "/models/m", "/runs/r")
+    assert args[:2] == ["--actor-num-nodes", "1"] and "--colocate" in args and "--bf16" in args
+    i = args.index("--prompt-data")
+    assert args[i + 1] == f"{small_job.path}/data/train.jsonl"
+    assert args[args.index("--hf-checkpoint") + 1] == "/models/m" == args[args.index("--load") + 1]
+    assert args[args.index("--save") + 1] == "/runs/r/checkpoints"
+    assert not any("${" in a for a in args)
+    assert argv({"a": True, "b": False, "c": None, "d": [1, "${X}"]}, {"X": "x"}) == ["--a", "--d", "1", "x"]
+    out = subprocess.run([sys.executable, "-m", "agentbridge_slime.args", str(small_job.path), "--model", "/models/m",
+                          "--run-dir", "/runs/r", "--load", "", "--ref-load", ""],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split("\0")[:-1] == args
+    bad = subprocess.run([sys.executable, "-m", "agentbridge_slime.args", str(small_job.path / "data"), "--model",
+                          "m", "--run-dir", "r"], capture_output=True, text=True)
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and "slime_job.yaml" in bad.stderr
+
+
+def test_compile_and_the_plugin_stay_light() -> None:
+    code = ("import sys; from agentbridge.plugins import get_plugins; get_plugins().backends.get('slime'); "
+            "heavy = [m for m in ('slime', 'ray', 'torch', 'transformers', 'sglang') if m in sys.modules]; "
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+def test_no_environment_recipe_from_the_package_index() -> None:
+    from agentbridge import backend_envs
+
+    with pytest.raises(ValueError) as e:  # slime is not on the package index: said in one line, not tried
+        backend_envs.recipe("slime", cpu=True, plugins=[])
+    assert "\n" not in str(e.value) and "THUDM/slime" in str(e.value) and "PYTHONPATH" in str(e.value)
+    assert "agentbridge-slime" not in backend_envs.plugin_distributions()  # never installed as another's plugin
