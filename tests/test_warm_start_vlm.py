@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,7 +48,7 @@ def _episode(tokenizer: Any, color: str) -> Any:
     return traj
 
 
-def test_rows_keep_the_episodes_images_in_placeholder_order(vlm: tuple[Any, Any, Any]) -> None:
+def test_rows_keep_the_episodes_images_in_placeholder_order(vlm: tuple[Any, Any, Any], tmp_path: Path) -> None:
     _, tokenizer, _ = vlm
     traj = _episode(tokenizer, "red")
     (row,) = sft_rows([traj])
@@ -55,6 +56,9 @@ def test_rows_keep_the_episodes_images_in_placeholder_order(vlm: tuple[Any, Any,
     assert row["images"][0][0, 0].tolist() == [255, 0, 0] and row["images"][1][0, 0].tolist() == [0, 0, 255]
     assert row["input_ids"] == traj.prompt_ids + traj.response_ids
     assert "images" not in sft_rows([_text_only(traj)])[0]
+    saved = tmp_path / "rows.pt"   # the SFT-only control's start is saved and read back with weights_only=True
+    torch.save({"rows": [row]}, saved)
+    assert torch.equal(torch.load(saved, weights_only=True)["rows"][0]["images"][1], row["images"][1])
 
 
 def _text_only(traj: Any) -> Any:
