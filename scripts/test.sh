@@ -25,9 +25,9 @@ echo "[test] mypy (the core)"
 for script in adapters/*/test.sh; do
   [ -e "$script" ] || continue
   echo "[test] $script"
-  bash "$script"
+  bash "$script" --durations=15
 done
 echo "[test] pytest (core, plugins, example packages, TRL adapter, slime adapter)"
 suites=(tests plugins/*/tests examples/plugin-package/tests examples/backend-package/tests adapters/trl/tests
         adapters/slime/tests)
-.venv/bin/python -m pytest -q "${suites[@]}" "$@"
+.venv/bin/python -m pytest -q --durations=25 "${suites[@]}" "$@"

