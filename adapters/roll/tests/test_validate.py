@@ -54,3 +54,34 @@ def test_the_validator_runs_as_a_command_with_the_json_protocol(small_job: Job) 
                          capture_output=True, text=True, cwd=ROOT)
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.returncode == 0 and verdict["problems"] == [] and verdict["skipped"]
+
+
+def test_the_entry_builds_rolls_pipeline_config_from_launch_sh_arguments(small_job: Job,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the job's ``entry.py`` hands ROLL's ``AgenticPipeline`` (not started here: it places workers on GPUs)."""
+    import roll.distributed.scheduler.initialize as initialize
+    import roll.pipeline.agentic.agentic_pipeline as pipeline
+
+    from agentbridge_roll.config import path_overrides
+    from agentbridge_roll.entry import main
+
+    built: list[object] = []
+
+    class Pipeline:
+        def __init__(self, pipeline_config: object) -> None:
+            built.append(pipeline_config)
+
+        def run(self) -> None:
+            built.append("run")
+
+    monkeypatch.setattr(initialize, "init", lambda: built.append("init"))
+    monkeypatch.setattr(pipeline, "AgenticPipeline", Pipeline)
+    job = str(small_job.path.resolve())
+    main(["--config-path", job, "--config-name", "roll_job", *path_overrides(job, "/models/m", has_eval=True),
+          "output_dir=/runs/r"])
+    config = built[1]
+    assert built[0] == "init" and built[2] == "run" and type(config).__name__ == "AgenticConfig"
+    assert config.pretrain == "/models/m" and config.output_dir == "/runs/r"  # type: ignore[attr-defined]
+    env = config.train_env_manager.env_configs[0][0]  # type: ignore[attr-defined]
+    assert env["env_manager_cls"] == "agentbridge_roll.env_manager.AgentBridgeEnvManager"
+    assert env["config"]["spec_path"] == f"{job}/spec.yaml" and env["config"]["data_path"] == f"{job}/data/train.jsonl"
