@@ -91,7 +91,13 @@ class SlimeBackend:
                            upstream=f"{SLIME_REPO}@{SLIME_COMMIT}", notes=notes)
 
     def validate(self, job: Job) -> Report:
-        """slime's own argument parsing and ``slime_validate_args`` on the job, where slime imports."""
+        """slime's own argument parsing and ``slime_validate_args`` on the job, where slime imports (here, or the
+        interpreter ``AGENTBRIDGE_SLIME_PYTHON`` names, with a slime checkout on its ``PYTHONPATH``)."""
+        if backend_python(self.name, self.module) is None:
+            return Report(ok=False, problems=[Problem(self.name, (
+                f"slime does not import here and no slime environment was found; slime is not on the package "
+                f"index: set AGENTBRIDGE_SLIME_PYTHON to a python with agentbridge-slime[cpu] and a checkout of "
+                f"{SLIME_PIN} on PYTHONPATH (adapters/slime/README.md)"))])
         return kit.run_validator(job, self, "agentbridge_slime.validate")
 
     def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,

@@ -115,5 +115,9 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     slime trains on one reward per sample (``rewards``: ``raw_reward`` normalised within the group, as the
     algorithm asks): the records hold the raw reward and no per-token rewards (``token_rewards`` None), as for a
     backend without turn credit."""
-    data, samples, _ = train_data(kind, Path(workdir) / f"run{next(_RUNS)}")
+    try:
+        data, samples, _ = train_data(kind, Path(workdir) / f"run{next(_RUNS)}")
+    except ImportError as e:  # slime's source is here, the packages its rollout path imports are not
+        raise ConformanceError(f"slime imports here but its rollout path does not ({e}); install agentbridge-slime"
+                               "[cpu] and sglang==0.5.23 --no-deps (adapters/slime/README.md)") from None
     return records_of(data, samples)

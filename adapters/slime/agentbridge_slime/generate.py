@@ -53,7 +53,8 @@ def runner_for(args: Any) -> Runner:
         from agentbridge.models import load_tokenizer
 
         spec = load_spec(path)
-        agent = Agent(spec, load_tokenizer(spec.model.path))
+        # slime's own tokenizer path (--hf-checkpoint: the model on this node) when it has one, else the spec's model
+        agent = Agent(spec, load_tokenizer(getattr(args, "hf_checkpoint", None) or spec.model.path))
         # slime keeps rollout_max_prompt_len prompt tokens and rollout_max_context_len in all: the driver cuts to them
         agent.limits = fit_limits(agent.limits, max_prompt=getattr(args, "rollout_max_prompt_len", None),
                                   max_response=getattr(args, "rollout_max_response_len", None),

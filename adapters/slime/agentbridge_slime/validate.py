@@ -50,6 +50,7 @@ MEGATRON_FLAGS: dict[str, dict[str, Any]] = {
     "--attention-softmax-in-fp32": {"action": "store_true"},
 }
 PLACEHOLDER_RUN_DIR = "/tmp/agentbridge-slime-check"  # where checkpoints would go: only named, never written
+KL_ESTIMATORS = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "k3"}
 
 
 class ArgumentProblem(ValueError):
@@ -103,13 +104,53 @@ def parse_job(job_dir: Path, model: str, run_dir: str = PLACEHOLDER_RUN_DIR,
     return args
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
-    """Every problem slime (or agentbridge's side of the job) finds, one line each; slime's chatter muted."""
+def semantics_of(args: Any) -> dict[str, str]:
+    """What slime will do, read from its parsed and validated ``args``: the aspects of
+    ``agentbridge.compare.semantics``, in their shared words, then `` · `` and slime's own names."""
+    est = args.advantage_estimator
+    advantage = {"grpo": "r - group mean", "gspo": "r - group mean", "cispo": "r - group mean",
+                 "reinforce_plus_plus": "whitened returns", "reinforce_plus_plus_baseline": "r - group mean, whitened",
+                 "ppo": "GAE"}.get(est, str(est))
+    if est in ("grpo", "gspo", "cispo"):
+        advantage += ", / group std" if args.grpo_std_normalization else ", no std"
+    reducer = args.custom_pg_loss_reducer_function_path
+    aggregation = ("seq-mean-token-sum-norm" if reducer and reducer.endswith("dr_grpo_pg_loss_reducer") else
+                   "token-mean" if args.calculate_per_token_loss else "seq-mean-token-mean")
+    kl = []
+    if args.use_kl_loss and args.kl_loss_coef:
+        kl.append(f"{KL_ESTIMATORS.get(args.kl_loss_type, args.kl_loss_type)} in the loss, coef {args.kl_loss_coef}")
+    if args.kl_coef:
+        kl.append(f"k1 in the reward, coef {args.kl_coef}")
+    level = "sequence" if est == "gspo" else "token"
+    top_k = args.rollout_top_k
+    return {
+        "advantage": f"{advantage} · --advantage-estimator {est}",
+        "loss aggregation": aggregation + (f" · --custom-pg-loss-reducer-function-path {reducer}" if reducer else
+                                           f" · --calculate-per-token-loss {args.calculate_per_token_loss}"),
+        "clip": f"({args.eps_clip}, {args.eps_clip_high}) on {level} ratios · --eps-clip, --eps-clip-high",
+        "KL": "; ".join(kl) or "none",
+        "group filtering": ("groups with equal rewards dropped" if args.dynamic_sampling_filter_path else "none")
+                           + (f" · {args.dynamic_sampling_filter_path}" if args.dynamic_sampling_filter_path else ""),
+        "sampling": f"temperature {args.rollout_temperature}, top_p {args.rollout_top_p}, "
+                    f"top_k {top_k if top_k not in (None, -1) else 'off'}",
+        "lengths": f"prompt {args.rollout_max_prompt_len}, response {args.rollout_max_response_len} tokens · "
+                   f"--rollout-max-context-len {args.rollout_max_context_len}",
+        "optimizer": f"lr {args.lr}, {args.lr_decay_style} after warmup · {args.lr_warmup_iters} warmup iters",
+        "batch": f"{args.rollout_batch_size} prompts x {args.n_samples_per_prompt} samples · global batch "
+                 f"{args.global_batch_size} samples",
+    }
+
+
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
+                 semantics: dict[str, str] | None = None) -> list[Problem]:
+    """Every problem slime (or agentbridge's side of the job) finds, one line each; slime's chatter muted.
+    ``semantics`` receives what the parsed arguments will do (:func:`semantics_of`)."""
     level = logging.getLogger().level
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         try:
-            return _validate(Path(job_dir), [] if skipped is None else skipped, spec)
+            return _validate(Path(job_dir), [] if skipped is None else skipped, spec,
+                             {} if semantics is None else semantics)
         finally:
             logging.getLogger().setLevel(level)
 
@@ -139,7 +180,7 @@ def _begin(job_dir: Path, spec: Spec | None) -> tuple[Spec | None, list[Problem]
         return spec, problems, "", None
 
 
-def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Problem]:
+def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: dict[str, str]) -> list[Problem]:
     job_dir = job_dir.resolve()
     spec, problems, model, tokenizer = _begin(job_dir, spec)
     if spec is None or tokenizer is None:
@@ -151,10 +192,14 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Prob
     unchecked: list[str] = []
     try:
         args = parse_job(job_dir, model, unchecked=unchecked)
+    except ImportError as e:  # slime's source is here, the packages it imports are not
+        return [*problems, Problem("slime", f"slime imports here but not what its parser needs ({kit.first_line(e)}); "
+                                   "install agentbridge-slime[cpu] and sglang==0.5.23 --no-deps (README.md)")]
     except ArgumentProblem as e:
         return [*problems, Problem("slime_job.yaml", f"slime's argument parser rejects it: {kit.first_line(e)}")]
     except (AssertionError, ValueError, FileNotFoundError, KeyError) as e:
         return [*problems, Problem("slime_job.yaml", f"slime's slime_validate_args rejects it: {kit.first_line(e)}")]
+    semantics.update(semantics_of(args))
     skipped.append("Megatron-LM's parser and megatron_validate_args (model architecture, parallelism): run by "
                    "slime's train.py on the cluster" + (f"; flags only Megatron declares: {', '.join(unchecked)}"
                                                        if unchecked else ""))

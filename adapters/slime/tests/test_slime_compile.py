@@ -183,3 +183,12 @@ def test_no_environment_recipe_from_the_package_index() -> None:
         backend_envs.recipe("slime", cpu=True, plugins=[])
     assert "\n" not in str(e.value) and "THUDM/slime" in str(e.value) and "PYTHONPATH" in str(e.value)
     assert "agentbridge-slime" not in backend_envs.plugin_distributions()  # never installed as another's plugin
+
+
+def test_validate_without_slime_says_how_in_one_line(small_job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentbridge_slime.backend as backend
+
+    monkeypatch.setattr(backend, "backend_python", lambda name, module: None)  # no slime anywhere
+    (line,) = [str(p) for p in SlimeBackend().validate(small_job).problems]
+    assert line.startswith("slime: slime does not import here") and "AGENTBRIDGE_SLIME_PYTHON" in line
+    assert "THUDM/slime@624b824" in line and "\n" not in line

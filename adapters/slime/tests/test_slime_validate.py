@@ -66,3 +66,21 @@ def test_the_validator_runs_as_a_command_with_the_json_protocol(small_job: Job) 
                          capture_output=True, text=True, cwd=ROOT)
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.returncode == 0 and verdict["problems"] == [] and verdict["skipped"]
+
+
+@pytest.mark.parametrize(("algo", "advantage", "aggregation", "clip"), [
+    ("grpo", "r - group mean, / group std", "seq-mean-token-mean", "(0.2, 0.2) on token ratios"),
+    ("dr_grpo", "r - group mean, no std", "seq-mean-token-sum-norm", "(0.2, 0.2) on token ratios"),
+    ("dapo", "r - group mean, / group std", "token-mean", "(0.2, 0.28) on token ratios"),
+    ("gspo", "r - group mean, / group std", "seq-mean-token-mean", "(0.0003, 0.0004) on sequence ratios"),
+])
+def test_semantics_read_from_slimes_args(tmp_path: Path, algo: str, advantage: str, aggregation: str,
+                                         clip: str) -> None:
+    """What the job will do, for `agentbridge compare`'s table, in the words the other backends use."""
+    from agentbridge.compare.semantics import shared
+
+    report = SlimeBackend().validate(compile_job(tmp_path / "job", f"algorithm.name={algo}"))
+    semantics = report.details["semantics"]
+    assert (shared(semantics["advantage"]), shared(semantics["loss aggregation"])) == (advantage, aggregation)
+    assert shared(semantics["clip"]) == clip and semantics["KL"] == "none"
+    assert shared(semantics["group filtering"]) == ("groups with equal rewards dropped" if algo == "dapo" else "none")
