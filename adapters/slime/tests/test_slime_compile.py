@@ -192,3 +192,18 @@ def test_validate_without_slime_says_how_in_one_line(small_job: Job, monkeypatch
     (line,) = [str(p) for p in SlimeBackend().validate(small_job).problems]
     assert line.startswith("slime: slime does not import here") and "AGENTBRIDGE_SLIME_PYTHON" in line
     assert "THUDM/slime@624b824" in line and "\n" not in line
+
+
+def test_backends_says_how_each_backend_was_verified() -> None:
+    from click.testing import CliRunner
+
+    from agentbridge.cli import main
+
+    result = CliRunner().invoke(main, ["backends"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert f"slime: verified against upstream THUDM/slime@{SLIME_COMMIT}, outside this repository's CI" in lines[
+        lines.index(next(x for x in lines if x.startswith("slime: ")))]
+    assert any(x.startswith("trl: verified in this repository's CI against its own code") for x in lines)
+    row = next(x for x in lines if x.startswith("│ slime"))  # the table's column (wrapped to its width)
+    assert "│ upstream" in row and "│ this CI" in next(x for x in lines if x.startswith("│ trl"))
