@@ -50,6 +50,7 @@ class RollBackend:
 
     name = "roll"
     module = "roll"  # what must import for this backend to run here (a ROLL checkout on PYTHONPATH)
+    algorithm_probe = "agentbridge_roll.algorithm_probe"  # the training-math conformance
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

@@ -185,3 +185,14 @@ def test_validate_without_roll_is_one_line(small_job: Job, monkeypatch: pytest.M
     report = RollBackend().validate(small_job)
     (line,) = [str(p) for p in report.problems]
     assert not report.ok and "\n" not in line and "agentbridge backends setup roll" in line
+
+
+def test_documented_differences_reach_the_job(tmp_path: Path) -> None:
+    """What ROLL's math does differently from agentbridge's reference (the probe's DIFFERENCES, checked against ROLL
+    by test_algorithms_roll.py) is in the compiled job's manifest; grpo has none."""
+    ppo = pipeline_compile(load_spec(ROOT / EXAMPLE, [*SMALL, "algorithm.name=ppo"]), RollBackend(), tmp_path / "ppo")
+    (line,) = ppo.manifest["algorithm_differences"]
+    assert line.startswith("algorithm ppo on roll: advantages differs") and "environment tokens included" in line
+    grpo = pipeline_compile(load_spec(ROOT / EXAMPLE, [*SMALL, "algorithm.name=grpo"]), RollBackend(),
+                            tmp_path / "grpo")
+    assert not grpo.manifest.get("algorithm_differences")
