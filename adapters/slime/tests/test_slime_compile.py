@@ -197,13 +197,16 @@ def test_validate_without_slime_says_how_in_one_line(small_job: Job, monkeypatch
 def test_backends_says_how_each_backend_was_verified() -> None:
     from click.testing import CliRunner
 
+    from agentbridge.backends import VERIFIED_IN_CI, Capabilities, verification
     from agentbridge.cli import main
 
     result = CliRunner().invoke(main, ["backends"], terminal_width=400)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert f"slime: verified against upstream THUDM/slime@{SLIME_COMMIT}, outside this repository's CI" in lines[
-        lines.index(next(x for x in lines if x.startswith("slime: ")))]
-    assert any(x.startswith("trl: verified in this repository's CI against its own code") for x in lines)
-    row = next(x for x in lines if x.startswith("│ slime"))  # the table's column (wrapped to its width)
-    assert "│ upstream" in row and "│ this CI" in next(x for x in lines if x.startswith("│ trl"))
+    assert any(x.startswith(f"slime: verified against upstream THUDM/slime@{SLIME_COMMIT}, outside this "
+                            "repository's CI") for x in lines)
+    assert "│ upstream" in next(x for x in lines if x.startswith("│ slime"))  # the table's column (wrapped)
+    for name in set(VERIFIED_IN_CI) & set(get_plugins().backends.ids()):  # those installed here
+        assert any(x.startswith(f"{name}: verified in this repository's CI against its own code") for x in lines)
+    assert verification("trl", Capabilities(algorithms=[]))[0] == "this CI"
+    assert verification("mine", Capabilities(algorithms=[]))[0] == "not stated"
