@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +211,25 @@ def test_backends_says_how_each_backend_was_verified() -> None:
         assert any(x.startswith(f"{name}: verified in this repository's CI against its own code") for x in lines)
     assert verification("trl", Capabilities(algorithms=[]))[0] == "this CI"
     assert verification("mine", Capabilities(algorithms=[]))[0] == "not stated"
+
+
+def test_launch_sh_runs_slimes_train_py_with_the_jobs_flags(small_job: Job, tmp_path: Path) -> None:
+    """launch.sh end to end, with a train.py that records its arguments in place of slime's (which needs GPUs)."""
+    slime_dir = tmp_path / "slime"
+    (slime_dir / "scripts" / "models").mkdir(parents=True)
+    (slime_dir / "train.py").write_text("import json, os, sys\nprint(json.dumps({'argv': sys.argv[1:], "
+                                        "'run': os.environ['AGENTBRIDGE_RUN_DIR']}))\n")
+    models = tmp_path / "model_args.sh"
+    models.write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 64)\n")
+    env = {**os.environ, "PYTHON": sys.executable, "SLIME_DIR": str(slime_dir), "MODEL": "/models/m",
+           "RUN_DIR": str(tmp_path / "run"), "MODEL_ARGS_FILE": str(models)}
+    out = subprocess.run(["bash", str(small_job.path / "launch.sh"), "--extra-flag"], capture_output=True, text=True,
+                         env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    expected = job_argv(small_job.path, "/models/m", str(tmp_path / "run"))
+    assert seen["argv"] == ["--num-layers", "2", "--hidden-size", "64", *expected, "--extra-flag"]
+    assert seen["run"] == str(tmp_path / "run")
+    missing = subprocess.run(["bash", str(small_job.path / "launch.sh")], capture_output=True, text=True,
+                             env={k: v for k, v in env.items() if k != "SLIME_DIR"})
+    assert missing.returncode != 0 and "set SLIME_DIR to a checkout of THUDM/slime" in missing.stderr
