@@ -51,6 +51,11 @@ FIRST_PARTY: dict[str, dict[str, Any]] = {
               "source_only": "slime is not on the package index; create an environment with agentbridge-slime[cpu] "
                              "and put a checkout of THUDM/slime (verified: 624b824) on PYTHONPATH, as "
                              "adapters/slime/README.md says"},
+    # ROLL likewise (PyPI `roll` is another project)
+    "roll": {"module": "roll", "adapter": "agentbridge-roll", "extra": "cpu",
+             "source_only": "ROLL is not on the package index; create an environment with agentbridge-roll[cpu] "
+                            "(and TransferQueue==0.1.6 --no-deps) and put a checkout of alibaba/ROLL (verified: "
+                            "8eb27cc) on PYTHONPATH, as adapters/roll/README.md says"},
 }
 QWEN_VOCAB = ["--no-deps", "dashscope"]  # the real Qwen2.5 vocabulary (qwen.tiktoken) for builtin:tiny-qwen2.5
 

@@ -124,6 +124,7 @@ FIRST_PARTY_ALGORITHMS: dict[str, list[str]] = {
     "openrlhf": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
     "rlinf": ["dapo", "grpo", "reinforce_pp"],
     "slime": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp"],
+    "roll": ["dapo", "dr_grpo", "grpo", "ppo", "reinforce_pp"],
 }
 # first-party backends installed from the package index, whose adapter tests run the backend's own code (rollout
 # conformance included) in this repository's CI; a backend that is not on the index says instead which upstream

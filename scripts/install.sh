@@ -13,8 +13,10 @@ pip install -q torch==2.13.0
 plugins=(); for p in plugins/*/; do plugins+=(-e "$p"); done
 pip install -q -e '.[hf,plot,serve]' "${plugins[@]}" "$@"
 pip install -q -e 'adapters/trl[backend]'   # TRL shares the main environment
-# veRL, OpenRLHF and RLinf run in their own environments (adapters/*/test.sh); here only compile and `check` are needed
-for adapter in adapters/verl adapters/openrlhf adapters/rlinf; do
+# veRL, OpenRLHF and RLinf run in their own environments (adapters/*/test.sh); here only compile and `check` are
+# needed. slime and ROLL are source only: here their compile output and protocols are tested (their tests that
+# need the backend's own code skip; adapters/{slime,roll}/README.md say what ran against which upstream commit)
+for adapter in adapters/verl adapters/openrlhf adapters/rlinf adapters/slime adapters/roll; do
   [ -f "$adapter/pyproject.toml" ] && pip install -q -e "$adapter"
 done
 # the real Qwen2.5 vocabulary (qwen.tiktoken) ships in the dashscope wheel; only that file is used

@@ -8,9 +8,6 @@ scripts/system-deps.sh
 scripts/install.sh pytest hypothesis ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML "tensorboard>=2.14"
 # DeepSpeed, so that the TRL GPU profiles' ZeRO-3 config is built and checked (an sdist: built against this torch)
 .venv/bin/python -m pip install -q --no-build-isolation deepspeed==0.19.6 2>&1 | { grep -v "is ignored" || true; }
-# slime is not on the package index: its adapter's compile and protocol tests run here, with the core's (the tests that
-# need slime's own code skip; adapters/slime/README.md says what ran against it, at which upstream commit)
-.venv/bin/python -m pip install -q -e adapters/slime 2>&1 | { grep -v "is ignored" || true; }
 # DS_ACCELERATOR: DeepSpeed (imported by accelerate whenever it is installed) otherwise probes for a GPU and says
 # on stdout that it found none, in every process that loads a model
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 DS_ACCELERATOR=cpu
@@ -27,7 +24,7 @@ for script in adapters/*/test.sh; do
   echo "[test] $script"
   bash "$script" --durations=15
 done
-echo "[test] pytest (core, plugins, example packages, TRL adapter, slime adapter)"
+echo "[test] pytest (core, plugins, example packages, TRL, slime and ROLL adapters)"
 suites=(tests plugins/*/tests examples/plugin-package/tests examples/backend-package/tests adapters/trl/tests
-        adapters/slime/tests)
+        adapters/slime/tests adapters/roll/tests)
 .venv/bin/python -m pytest -q --durations=25 "${suites[@]}" "$@"
