@@ -47,6 +47,7 @@ class RlinfBackend:
 
     name = "rlinf"
     module = "rlinf"  # what must import for this backend to run here
+    algorithm_probe = "agentbridge_rlinf.algorithm_probe"  # the training-math conformance
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

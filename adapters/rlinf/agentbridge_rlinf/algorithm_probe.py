@@ -1,0 +1,110 @@
+"""RLinf's side of the algorithm conformance: the golden batch through RLinf 0.3.0's own reasoning-path math,
+configured by the compiled job's ``algorithm`` section (the job's Hydra config composed as ``launch.sh`` composes it).
+
+Real: ``calculate_adv_and_returns`` (RLinf's registry entry, ``task_type: reasoning``) with the arguments
+``FSDPActor.compute_advantages_and_returns`` passes (``adv_type``, ``group_size``, ``reinpp_kl_beta``,
+``kl_penalty_type``, the old log-probs as ``logprob``, ``use_reinpp_baseline``); then, on the reference advantages,
+what ``FSDPActor.training_step`` does per micro-batch of ``algorithm.training_batch_size_per_gpu`` sequences:
+``policy_loss`` (the registered ``loss_type``, the clip ratios resolved from ``ratio_clip_eps`` / ``clip_ratio_*``,
+``clip_ratio_c``, ``get_loss_agg_func(loss_agg_func)``) and the KL loss (``kl_penalty(ref_logprobs, logprobs,
+kl_penalty_type)`` aggregated the same way, times ``kl_beta``), averaged over the micro-batches as gradient
+accumulation does. The golden log-probs stand in for the model's forward pass. Not run: the workers, Ray.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# what RLinf cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> (why, KL-on only);
+# warned at validate, recorded in the job manifest, checked by the algorithm conformance suite
+_KL_ORDER = ("the actor calls kl_penalty(ref_logprobs, logprobs, 'low_var_kl'): the k3 estimator with the policies "
+             "swapped (exp(logp - ref) - (logp - ref) - 1), not exp(ref - logp) - (ref - logp) - 1")
+_MICRO = ("token-mean is taken within each micro-batch (algorithm.training_batch_size_per_gpu sequences, "
+          "backend.options.micro_batch_size) and gradient accumulation averages the micro-batches: the batch's token "
+          "mean only when one micro-batch holds a GPU's whole step (use_valid_token_scale is read by nothing in RLinf "
+          "0.3.0)")
+DIFFERENCES: dict[str, dict[str, tuple[str, bool]]] = {
+    "grpo": {"kl": (_KL_ORDER, True)},
+    "dapo": {
+        "loss": (_MICRO, False),
+        "kl": (_KL_ORDER + ", aggregated per micro-batch as the loss is", True),
+        "kept": ("RLinf 0.3.0's runners have no dynamic-sampling filter: groups with equal rewards are trained on",
+                 False)},
+    "reinforce_pp": {
+        "loss": (_MICRO, False),
+        "advantages": ("compute_reinpp_advantages subtracts reinpp_kl_beta x k1 at every position, environment "
+                       "tokens inside a response included, before the returns (the reference masks them out)", True)},
+}
+
+
+def _algorithm_config(job: Path) -> Any:
+    """The job's ``algorithm`` section, composed as the entry composes it."""
+    from agentbridge_rlinf.validate import compose_job
+
+    return compose_job(Path(job), "MODEL_PATH_SET_BY_LAUNCH").algorithm
+
+
+def _advantages(algo: Any, t: dict[str, Any]) -> Any:
+    """RLinf's advantages of the golden batch, as ``FSDPActor.compute_advantages_and_returns`` computes them."""
+    import rlinf.algorithms.advantages  # noqa: F401 - registers RLinf's advantages
+    from rlinf.algorithms.registry import calculate_adv_and_returns
+
+    advantages, _ = calculate_adv_and_returns(
+        task_type="reasoning", adv_type=algo.adv_type, rewards=t["rewards"].float(),
+        loss_mask=t["mask"].bool(), group_size=algo.group_size, kl_beta=algo.get("reinpp_kl_beta", 0.0),
+        kl_penalty_type=algo.kl_penalty_type, logprob=t["old_logp"].float(), ref_logprob=t["ref_logp"].float(),
+        use_reinpp_baseline=algo.get("use_reinpp_baseline", False))
+    return advantages
+
+
+def _loss(algo: Any, t: dict[str, Any], advantages: Any) -> dict[str, float]:
+    """``FSDPActor.training_step``'s policy and KL losses, per micro-batch, averaged over the micro-batches."""
+    import rlinf.algorithms.losses  # noqa: F401 - registers RLinf's losses
+    import torch
+    from rlinf.algorithms.registry import policy_loss
+    from rlinf.algorithms.utils import kl_penalty
+    from rlinf.utils.utils import get_loss_agg_func
+
+    agg = get_loss_agg_func(algo.loss_agg_func)
+    clip = algo.ratio_clip_eps
+    low = algo.get("clip_ratio_low", None)
+    high = algo.get("clip_ratio_high", None)
+    micro = int(algo.get("training_batch_size_per_gpu", 1))
+    losses, kls, clipped = [], [], []
+    for start in range(0, len(t["mask"]), micro):
+        rows = slice(start, start + micro)
+        logprobs, mask = t["logp"][rows].float(), t["mask"][rows].bool()
+        loss, metrics = policy_loss(
+            task_type="reasoning", loss_type=algo.loss_type, loss_agg_func=agg, logprobs=logprobs,
+            old_logprobs=t["old_logp"][rows].float(), advantages=advantages[rows].float(),
+            clip_ratio_c=algo.get("clip_ratio_c", 3.0), clip_ratio_low=low if low is not None else clip,
+            clip_ratio_high=high if high is not None else clip, loss_mask=mask,
+            clip_log_ratio_min=algo.get("clip_log_ratio_min", None),
+            clip_log_ratio_max=algo.get("clip_log_ratio_max", None), fast_path_zero_loss_mask=True)
+        kl = torch.zeros(())
+        if algo.kl_beta > 0:
+            kl = agg(kl_penalty(t["ref_logp"][rows].float(), logprobs, algo.kl_penalty_type), mask) * algo.kl_beta
+        losses.append(loss)
+        kls.append(kl)
+        clipped.append(metrics["actor/clip_fraction"])
+    return {"loss": float(torch.stack(losses).mean()), "kl": float(torch.stack(kls).mean()),
+            "clip_fraction": float(torch.stack([c.float() for c in clipped]).mean())}
+
+
+def probe(job: Path, batch: Any) -> dict[str, Any]:
+    """The algorithm quantities RLinf computes for ``batch`` under the job in ``job`` (see the core's module)."""
+    import torch
+
+    from agentbridge.conformance.algorithms import reference_advantages
+    from agentbridge.spec import load_spec
+
+    spec = load_spec(str(Path(job) / "spec.yaml"))
+    algo = _algorithm_config(Path(job))
+    t = batch.tensors()
+    mask = t["mask"].float()
+    advantages = (_advantages(algo, t).float() * mask).tolist()
+    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64),
+                                   spec.algorithm.kl_coef).float()
+    # RLinf trains on every group (no dynamic-sampling filter in its runners)
+    return {"advantages": advantages, **_loss(algo, t, ref_adv), "kept": batch.groups()}
