@@ -47,3 +47,9 @@ def test_a_documented_loss_difference_is_not_a_failure_and_a_stale_one_is() -> N
     assert compare_step("b", want, same, 1e-3).status == "✔"
     stopped = step_table([StepCell("c", "stopped", stopped="x")]).splitlines()[1]
     assert stopped.split() == ["c", "not", "run", "on", "CPU"]
+
+
+def test_a_backend_whose_adapter_has_no_step_probe_is_a_stopped_row_not_an_error() -> None:
+    """ROLL's adapter (installed here; ROLL is not) names no step probe: its row says so, the others still run."""
+    cell = run_step("roll")
+    assert cell.status == "stopped" and cell.stopped == "its adapter has no step probe (agentbridge_roll.step_probe)"

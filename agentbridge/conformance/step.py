@@ -286,6 +286,9 @@ def run_step(backend_name: str, workdir: Path | None = None, sets: list[str] | N
 
     backend = _backend(backend_name)
     module = getattr(backend, "module", backend_name)
+    probe = getattr(backend, "step_probe", None) or f"{type(backend).__module__.split('.')[0]}.step_probe"
+    if importlib.util.find_spec(probe) is None:  # the adapter is installed here even when its backend is not
+        return StepCell(backend_name, "stopped", stopped=f"its adapter has no step probe ({probe})")
     spec = step_spec(backend_name, sets)
     init = str(resolve_model_path(spec.model.path))
     with tempfile.TemporaryDirectory(prefix=f"step-{backend_name}-") as tmp:
