@@ -42,7 +42,9 @@ class Witness:
 
 
 def test_model_sees_the_screenshot_rendered_at_each_step() -> None:
-    spec = load_spec(ROOT / "examples" / "gui.yaml")
+    # the example's agent, with turns and tokens for a task of several clicks (the example's own tasks take one)
+    spec = load_spec(ROOT / "examples" / "gui.yaml", ["agent.max_turns=6", "agent.max_response_tokens=512",
+                                                      "agent.max_tokens_per_turn=48"])
     agent = Agent(spec, load_tokenizer(spec.model.path))
     assert not agent.renderer.check()  # the plugin's template renders tools and tool calls
     with BrowserPool(1) as pool:
