@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -75,6 +76,15 @@ def write_script(path: Path, lines: Iterable[str], notes: Iterable[str] = ()) ->
     then ``lines``."""
     path.write_text("\n".join([*SCRIPT_HEAD, *(f"# NOTE: {note}" for note in notes), *lines]) + "\n")
     path.chmod(0o755)
+
+
+def model_line(var: str, path: str) -> str:
+    """The launch script's ``VAR=...`` line for a model (``$VAR`` wins when set): a builtin is built (cached) by
+    agentbridge with ``$PYTHON``; anything else goes to the backend verbatim."""
+    if not path.startswith("builtin:"):
+        return f"{var}=\"${{{var}:-{path}}}\""
+    resolve = "import sys; from agentbridge.models import resolve_model_path as r; print(r(sys.argv[1]))"
+    return f"{var}=\"${{{var}:-$(\"$PYTHON\" -c {shlex.quote(resolve)} {shlex.quote(path)})}}\""
 
 
 def new_job(backend: Any, spec: Spec, out: Path, *, version: str, pin: str | None = None,

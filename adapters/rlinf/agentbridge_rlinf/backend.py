@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -140,14 +139,6 @@ def rlinf_python() -> str:
     return backend_python("rlinf", "rlinf") or sys.executable
 
 
-def _model_lines(spec: Spec) -> list[str]:
-    """``MODEL``: a builtin is built (cached) by agentbridge; anything else goes to RLinf verbatim."""
-    if spec.model.path.startswith("builtin:"):
-        resolve = "import sys; from agentbridge.models import resolve_model_path as r; print(r(sys.argv[1]))"
-        return [f"MODEL=\"${{MODEL:-$(\"$PYTHON\" -c {shlex.quote(resolve)} {shlex.quote(spec.model.path)})}}\""]
-    return [f"MODEL=\"${{MODEL:-{spec.model.path}}}\""]
-
-
 def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
     paths = " \\\n  ".join(f'"{o}"' for o in path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
     return [
@@ -155,7 +146,7 @@ def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
         "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
         f"PYTHON=\"${{PYTHON:-{rlinf_python()}}}\"",
         'ROOT="${ROOT:-$JOB}"',
-        *_model_lines(spec),
+        kit.model_line("MODEL", spec.model.path),
         f"RUN_DIR=\"${{RUN_DIR:-runs/{spec.name}}}\"",
         'mkdir -p "$RUN_DIR" && RUN_DIR="$(cd "$RUN_DIR" && pwd)"',
         'export AGENTBRIDGE_RUN_DIR="$RUN_DIR"',

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -138,14 +137,6 @@ def slime_python() -> str:
     return backend_python("slime", "slime") or sys.executable
 
 
-def _model_lines(spec: Spec) -> list[str]:
-    """``MODEL``: a builtin is built (cached) by agentbridge; anything else goes to slime verbatim."""
-    if spec.model.path.startswith("builtin:"):
-        resolve = "import sys; from agentbridge.models import resolve_model_path as r; print(r(sys.argv[1]))"
-        return [f"MODEL=\"${{MODEL:-$(\"$PYTHON\" -c {shlex.quote(resolve)} {shlex.quote(spec.model.path)})}}\""]
-    return [f"MODEL=\"${{MODEL:-{spec.model.path}}}\""]
-
-
 def _launch_lines(spec: Spec) -> list[str]:
     script = options(spec)["model_script"]
     default = f"$SLIME_DIR/scripts/models/{script}.sh" if script else ""
@@ -156,7 +147,7 @@ def _launch_lines(spec: Spec) -> list[str]:
         f"PYTHON=\"${{PYTHON:-{slime_python()}}}\"",
         'ROOT="${ROOT:-$JOB}"',
         f"SLIME_DIR=\"${{SLIME_DIR:?set SLIME_DIR to a checkout of {SLIME_REPO}}}\"",
-        *_model_lines(spec),
+        kit.model_line("MODEL", spec.model.path),
         f"RUN_DIR=\"${{RUN_DIR:-runs/{spec.name}}}\"",
         'mkdir -p "$RUN_DIR" && RUN_DIR="$(cd "$RUN_DIR" && pwd)"',
         'export AGENTBRIDGE_RUN_DIR="$RUN_DIR"',

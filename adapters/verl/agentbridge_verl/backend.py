@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -189,9 +188,7 @@ def _model_lines(spec: Spec) -> list[str]:
     else goes to veRL verbatim."""
     served = served_reward_model(spec)
     models = [("MODEL", spec.model.path), *([("RM_MODEL", served.path)] if served is not None else [])]
-    resolve = "import sys; from agentbridge.models import resolve_model_path as r; print(r(sys.argv[1]))"
-    return [f"{var}=\"${{{var}:-$(\"$PYTHON\" -c {shlex.quote(resolve)} {shlex.quote(path)})}}\""
-            if path.startswith("builtin:") else f"{var}=\"${{{var}:-{path}}}\"" for var, path in models]
+    return [kit.model_line(var, path) for var, path in models]
 
 
 def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
