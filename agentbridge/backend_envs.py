@@ -11,6 +11,7 @@ Setting ``$AGENTBRIDGE_HOME`` shares one record (``$AGENTBRIDGE_HOME/environment
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -98,10 +99,15 @@ def recorded() -> dict[str, dict[str, str]]:
 
 
 def record(backend: str, entry: dict[str, str]) -> None:
-    data = recorded()
-    data[backend] = entry
+    """Add ``backend``'s entry to the record; setups running at the same time each keep theirs (a file lock)."""
     home().mkdir(parents=True, exist_ok=True)
-    (home() / "environments.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    with open(home() / "environments.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = recorded()
+        data[backend] = entry
+        partial = home() / f"environments.json.{os.getpid()}"
+        partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        partial.replace(home() / "environments.json")
 
 
 def source_of(dist: str, extra: str | None = None) -> list[str]:

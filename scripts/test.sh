@@ -11,6 +11,16 @@ scripts/install.sh pytest hypothesis ruff "import-linter>=2.1" "mypy>=1.11" type
 # DS_ACCELERATOR: DeepSpeed (imported by accelerate whenever it is installed) otherwise probes for a GPU and says
 # on stdout that it found none, in every process that loads a model
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 DS_ACCELERATOR=cpu
+# the backends' own environments are created side by side (mostly downloads and unpacking) while the linters run;
+# each adapter's test.sh then finds its environment up to date
+mkdir -p .agentbridge
+setups=()
+for script in adapters/*/test.sh; do
+  [ -e "$script" ] || continue
+  name=$(basename "$(dirname "$script")")
+  AGENTBRIDGE_SETUP_ONLY=1 bash "$script" > ".agentbridge/setup-$name.log" 2>&1 &
+  setups+=("$name:$!")
+done
 echo "[test] ruff"
 .venv/bin/ruff check .
 echo "[test] import contracts (pyproject.toml [tool.importlinter])"
@@ -18,6 +28,13 @@ echo "[test] import contracts (pyproject.toml [tool.importlinter])"
 PYTHONPATH=examples/plugin-package:examples/backend-package .venv/bin/lint-imports --no-cache
 echo "[test] mypy (the core)"
 .venv/bin/mypy
+failed=0
+for entry in "${setups[@]}"; do
+  name=${entry%%:*}
+  if wait "${entry##*:}"; then cat ".agentbridge/setup-$name.log"; else
+    cat ".agentbridge/setup-$name.log"; echo "[test] the $name environment could not be created"; failed=1; fi
+done
+[ "$failed" = 0 ] || exit 1
 # the backends with their own environments first: the core's compare and conformance tests use those environments
 for script in adapters/*/test.sh; do
   [ -e "$script" ] || continue

@@ -15,6 +15,7 @@ ROOT=$PWD
 VENV=$ROOT/.venv-openrlhf
 [ -x .venv/bin/agentbridge ] || { echo "[openrlhf] run scripts/install.sh first (it provides agentbridge)"; exit 1; }
 .venv/bin/agentbridge backends setup openrlhf --cpu --venv "$VENV" --with pytest
+[ -z "${AGENTBRIDGE_SETUP_ONLY:-}" ] || exit 0   # scripts/test.sh creates the environments side by side first
 "$VENV/bin/python" -c "import torch, transformers; assert torch.__version__.startswith('2.13.0'), torch.__version__; \
 assert transformers.__version__ == '5.15.0', transformers.__version__"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 RAY_DEDUP_LOGS=0 TOKENIZERS_PARALLELISM=false

@@ -13,6 +13,7 @@ ROOT=$PWD
 VENV=${AGENTBRIDGE_RLINF_VENV:-$ROOT/.venv-rlinf}
 [ -x .venv/bin/agentbridge ] || { echo "[rlinf] run scripts/install.sh first (it provides agentbridge)"; exit 1; }
 .venv/bin/agentbridge backends setup rlinf --cpu --venv "$VENV" --with pytest
+[ -z "${AGENTBRIDGE_SETUP_ONLY:-}" ] || exit 0   # scripts/test.sh creates the environments side by side first
 "$VENV/bin/python" -c "import torch, transformers, ray, rlinf; from importlib.metadata import version as v; \
 assert torch.__version__.startswith('2.13.0'), torch.__version__; \
 print('[rlinf] torch', torch.__version__, '| transformers', transformers.__version__, '| ray', ray.__version__, \

@@ -13,6 +13,7 @@ VENV=${AGENTBRIDGE_VERL_VENV:-$ROOT/.venv-verl}
 PY=$VENV/bin/python
 [ -x .venv/bin/agentbridge ] || { echo "[verl] run scripts/install.sh first (it provides agentbridge)"; exit 1; }
 .venv/bin/agentbridge backends setup verl --cpu --venv "$VENV" --with pytest
+[ -z "${AGENTBRIDGE_SETUP_ONLY:-}" ] || exit 0   # scripts/test.sh creates the environments side by side first
 "$PY" -c "import importlib.metadata as m, torch, transformers, verl, transfer_queue; print('[verl] torch', torch.__version__, '| transformers', transformers.__version__, '| verl', verl.__version__, '| TransferQueue', m.version('TransferQueue'))"
 echo "[verl] pytest adapters/verl/tests"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_DEDUP_LOGS=0 TOKENIZERS_PARALLELISM=false
