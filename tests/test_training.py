@@ -11,9 +11,9 @@ import pytest
 
 from agentbridge.spec.schema import WarmStartSpec
 from agentbridge.training.evaluate import EvalResult
-from agentbridge.training.experiment import write_evals
+from agentbridge.training.experiment import load_evals, write_evals
 from agentbridge.training.report import verdicts, write_report
-from agentbridge.training.stats import mcnemar_exact, wilson_interval
+from agentbridge.training.stats import mcnemar_exact, wilcoxon_paired, wilson_interval
 from agentbridge.training.warm_start import SFTRun, prefix_shared_loss, warm_start
 
 
@@ -154,6 +154,33 @@ def test_eval_json_holds_every_arm_and_the_paired_tests(tmp_path: Path) -> None:
     report = write_report(tmp_path).read_text()
     assert "| sft_control | 0.500 |" in report and (tmp_path / "eval.png").read_bytes()[:4] == b"\x89PNG"
     assert "Success per task group" not in report  # these tasks have no groups
+
+
+def test_the_other_reward_components_are_kept_per_arm_and_compared(tmp_path: Path) -> None:
+    """Graded components (supporting-passage recall) get a mean per arm, a Wilcoxon test of RL against the warm
+    start, a sentence in the report, and survive a resumed run's read-back."""
+    from agentbridge.env import Task
+
+    warm_support = [0.5] * 60 + [1.0] * 40
+    rl_support = [1.0] * 50 + [0.5] * 10 + [1.0] * 40    # 50 tasks found their second passage after RL
+
+    def arm(scores: list[float], support: list[float]) -> EvalResult:
+        return EvalResult(metric="search/exact_match", task_ids=[f"t{i}" for i in range(100)], scores=scores,
+                          components={"search/support": support})
+
+    evals = {"before_rl": arm([0.0] * 100, warm_support), "after_rl": arm([0.0] * 100, rl_support)}
+    summary = write_evals(tmp_path, evals)
+    assert summary["after_rl"]["components"] == {"search/support": pytest.approx(0.95)}
+    test = summary["paired"]["components"]["rl_vs_warm_start"]["search/support"]
+    assert test["mean_diff"] == pytest.approx(0.25) and test["differing"] == 50 and test["p"] < 1e-9
+    assert summary["paired"]["rl_vs_warm_start_p"] == 1.0       # exact match did not move
+    said = " ".join(verdicts(json.loads((tmp_path / "eval.json").read_text())))
+    assert "RL changed held-out search/support by +0.250" in said and "significant at 0.01" in said
+    back = load_evals(tmp_path, [Task(id=f"t{i}", prompt="q") for i in range(100)])
+    assert set(back) == {"before_rl", "after_rl"} and back["after_rl"].components["search/support"] == rl_support
+    assert wilcoxon_paired([1.0, 0.5], [1.0, 0.5]) == {"mean_diff": 0.0, "differing": 0.0, "p": 1.0}
+    with pytest.raises(ValueError, match="same tasks"):
+        wilcoxon_paired([1.0], [1.0, 0.0])
 
 
 def test_report_shows_success_per_task_group(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ class EvalResult:
     finish: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     groups: list[str] = field(default_factory=list)   # each task's ``data["group"]`` ("" when it has none)
+    components: dict[str, list[float]] = field(default_factory=dict)  # every other reward component, per task
 
     @property
     def n(self) -> int:
@@ -52,6 +53,8 @@ class EvalResult:
                "finish": self.finish, "seconds": round(self.seconds, 2)}
         if groups := self.by_group():
             out["by_group"] = groups
+        if self.components:
+            out["components"] = {name: sum(v) / len(v) if v else 0.0 for name, v in self.components.items()}
         return out
 
 
@@ -68,7 +71,8 @@ def greedy_policy(agent: Agent, model: Any, max_batch: int = 256) -> Any:
 
 
 def evaluate(agent: Agent, model: Any, tasks: list[Task], *, component: str | None = None) -> EvalResult:
-    """Greedy success on ``tasks``: the first reward component (the task's own score) of each episode."""
+    """Greedy success on ``tasks``: the first reward component (the task's own score) of each episode; the other
+    components' scores are kept beside it (``EvalResult.components``)."""
     started = time.perf_counter()
     was_training = model.training
     model.eval()
@@ -79,8 +83,10 @@ def evaluate(agent: Agent, model: Any, tasks: list[Task], *, component: str | No
         if was_training:
             model.train()
     name = component or agent.spec.reward[0].id
+    others = [r.id for r in agent.spec.reward if r.id != name]
     return EvalResult(metric=name, task_ids=[t.id for t in tasks],
                       scores=[float(t.reward_components.get(name, 0.0)) for t in trajs],
                       finish={r: sum(t.finish_reason == r for t in trajs) for r in FINISH_REASONS},
                       seconds=time.perf_counter() - started,
-                      groups=[str(t.data.get("group", "")) for t in tasks])
+                      groups=[str(t.data.get("group", "")) for t in tasks],
+                      components={c: [float(t.reward_components.get(c, 0.0)) for t in trajs] for c in others})

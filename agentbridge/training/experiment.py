@@ -17,14 +17,15 @@ from typing import Any
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
 from agentbridge.training.evaluate import EvalResult, evaluate
-from agentbridge.training.stats import mcnemar_exact
+from agentbridge.training.stats import mcnemar_exact, wilcoxon_paired
 from agentbridge.training.warm_start import SFTRun, continue_sft, demonstrations, dev_tasks, sft_rows, warm_start
 
 ARMS = ("before_training", "before_rl", "after_rl", "sft_control")
 
 
 def paired_tests(evals: dict[str, EvalResult]) -> dict[str, Any]:
-    """``rl_vs_warm_start_p`` and ``rl_vs_control_p`` (None when an arm is missing), with discordant counts."""
+    """``rl_vs_warm_start_p`` and ``rl_vs_control_p`` (None when an arm is missing), with discordant counts; under
+    ``components``, the same comparisons of every other reward component (mean difference, Wilcoxon p)."""
     out: dict[str, Any] = {"rl_vs_warm_start_p": None, "rl_vs_control_p": None}
     rl = evals.get("after_rl")
     for key, other in (("rl_vs_warm_start", "before_rl"), ("rl_vs_control", "sft_control")):
@@ -32,11 +33,16 @@ def paired_tests(evals: dict[str, EvalResult]) -> dict[str, Any]:
             test = mcnemar_exact(rl.scores, evals[other].scores)
             out[f"{key}_p"] = test["p"]
             out[key] = {"rl_only": int(test["a_only"]), f"{other}_only": int(test["b_only"])}
+            both = [c for c in rl.components if c in evals[other].components]
+            if both:  # the other reward components, graded: the Wilcoxon signed-rank test
+                out.setdefault("components", {})[key] = {
+                    c: wilcoxon_paired(rl.components[c], evals[other].components[c]) for c in both}
     return out
 
 
 def write_evals(run_dir: Path, evals: dict[str, EvalResult]) -> dict[str, Any]:
-    """``eval.json`` (one object per arm, then ``paired``) and ``eval_scores.jsonl`` (every task's score per arm)."""
+    """``eval.json`` (one object per arm, then ``paired``) and ``eval_scores.jsonl`` (every task's score per arm,
+    and per ``arm:component`` for the other reward components)."""
     summary: dict[str, Any] = {name: evals[name].summary() for name in ARMS if name in evals}
     summary["paired"] = paired_tests(evals)
     (run_dir / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -44,7 +50,9 @@ def write_evals(run_dir: Path, evals: dict[str, EvalResult]) -> dict[str, Any]:
         first = next(iter(evals.values()))
         with (run_dir / "eval_scores.jsonl").open("w") as f:
             for i, task_id in enumerate(first.task_ids):
-                f.write(json.dumps({"task_id": task_id, **{n: r.scores[i] for n, r in evals.items()}}) + "\n")
+                row = {"task_id": task_id, **{n: r.scores[i] for n, r in evals.items()}}
+                row |= {f"{n}:{c}": v[i] for n, r in evals.items() for c, v in r.components.items()}
+                f.write(json.dumps(row) + "\n")
     return summary
 
 
@@ -55,12 +63,17 @@ def load_evals(run_dir: Path, tasks: list[Task]) -> dict[str, EvalResult]:
         return {}
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     summary = json.loads((run_dir / "eval.json").read_text())
-    arms = [k for k in rows[0] if k != "task_id"] if rows else []
+    arms = [k for k in rows[0] if k != "task_id" and ":" not in k] if rows else []
     group = {t.id: str(t.data.get("group", "")) for t in tasks}
+
+    def components(arm: str) -> dict[str, list[float]]:
+        keys = [k for k in rows[0] if k.startswith(f"{arm}:")]
+        return {k.split(":", 1)[1]: [r[k] for r in rows] for k in keys}
+
     return {arm: EvalResult(metric=summary[arm]["metric"], task_ids=[r["task_id"] for r in rows],
                             scores=[r[arm] for r in rows], finish=summary[arm].get("finish", {}),
                             seconds=summary[arm].get("seconds", 0.0),
-                            groups=[group.get(r["task_id"], "") for r in rows])
+                            groups=[group.get(r["task_id"], "") for r in rows], components=components(arm))
             for arm in arms}
 
 
@@ -90,6 +103,8 @@ class Experiment:
         groups = "".join(f", {g} {v:.3f}" for g, v in s.get("by_group", {}).items())
         self.say(f"  {arm}: {s['mean']:.3f} [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] (n={s['n']}{groups}, "
                  f"{result.seconds:.0f} s)")
+        if s.get("components"):
+            self.say("    " + ", ".join(f"{c} {v:.3f}" for c, v in s["components"].items()))
         write_evals(self.run_dir, self.evals)
         return result
 
@@ -187,4 +202,6 @@ class Experiment:
                 counts = paired[key]
                 self.say(f"  RL vs {label}: McNemar exact p = {paired[f'{key}_p']:.2g} ({counts['rl_only']} tasks "
                          f"solved only after RL, {counts[f'{other}_only']} only by {label})")
+                for c, test in paired.get("components", {}).get(key, {}).items():
+                    self.say(f"    {c}: {test['mean_diff']:+.3f} (Wilcoxon p = {test['p']:.2g})")
         return summary

@@ -29,6 +29,10 @@ def verdicts(evals: dict[str, Any]) -> list[str]:
         sig = "significant" if p < SIGNIFICANT else "not significant"
         out.append(f"RL changed held-out success by {100 * diff:+.1f} points over the warm start "
                    f"({warm['mean']:.3f} → {rl['mean']:.3f}; McNemar exact p = {p:.2g}, {sig} at {SIGNIFICANT}).")
+    for name, test in paired.get("components", {}).get("rl_vs_warm_start", {}).items():
+        sig = "significant" if test["p"] < SIGNIFICANT else "not significant"
+        out.append(f"RL changed held-out {name} by {test['mean_diff']:+.3f} over the warm start (Wilcoxon "
+                   f"signed-rank p = {test['p']:.2g}, {sig} at {SIGNIFICANT}).")
     if rl and control and paired.get("rl_vs_control_p") is not None:
         p, diff = paired["rl_vs_control_p"], rl["mean"] - control["mean"]
         if p >= SIGNIFICANT:

@@ -1,4 +1,5 @@
-"""Statistics for held-out success rates: Wilson intervals and the exact McNemar test for paired arms."""
+"""Statistics for held-out results: Wilson intervals, the exact McNemar test for paired arms' successes and the
+Wilcoxon signed-rank test for their graded scores (reward components such as supporting-passage recall)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,21 @@ def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
 
     p = binomtest(a_only, a_only + b_only, 0.5, alternative="two-sided").pvalue
     return {"a_only": float(a_only), "b_only": float(b_only), "p": float(p)}
+
+
+def wilcoxon_paired(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """Wilcoxon signed-rank test of two arms' graded scores on the same tasks (tasks scored alike are dropped).
+
+    Returns the mean difference ``a - b``, how many tasks differ, and the two-sided p-value (1.0 when none does).
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired arms need the same tasks: {len(a)} vs {len(b)} scores")
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    differing = sum(d != 0 for d in diffs)
+    mean_diff = sum(diffs) / len(diffs) if diffs else 0.0
+    if differing == 0:
+        return {"mean_diff": 0.0, "differing": 0.0, "p": 1.0}
+    from scipy.stats import wilcoxon
+
+    p = wilcoxon(diffs, zero_method="wilcox", alternative="two-sided").pvalue
+    return {"mean_diff": float(mean_diff), "differing": float(differing), "p": float(p)}
