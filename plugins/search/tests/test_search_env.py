@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from serving import free_port, serving
-from small_world import SMALL, SMALL_SETS
+from small_world import DEV_SETS, SMALL, SMALL_SETS
 
 from agentbridge.models import load_tokenizer
 from agentbridge.rollout.agent import Agent
@@ -28,7 +28,7 @@ TOKENIZER = load_tokenizer("builtin:tiny")
 
 
 def agent(*sets: str) -> Agent:
-    return Agent.from_spec(load_spec("examples/search.yaml", [*SMALL_SETS, *sets]), TOKENIZER)
+    return Agent.from_spec(load_spec("examples/search.yaml", [*SMALL_SETS, *DEV_SETS, *sets]), TOKENIZER)
 
 
 def run_expert(a: Agent, n: int) -> list:
