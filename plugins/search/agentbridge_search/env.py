@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentbridge.env import Message, StepResult, Task, text_of
@@ -76,15 +77,22 @@ class SearchEnv(ToolEnvironment):
     server, or several comma-separated replicas; default in-process), ``http_timeout_s``, ``world_seed`` and
     ``world`` (extra ``build_world`` arguments; must match the data's). ``support_reward``: the step reward a turn
     earns for each supporting passage its searches retrieve for the first time in the episode (a per-search process
-    reward, as R1-Searcher's retrieval reward; 0 = none).
+    reward, as R1-Searcher's retrieval reward; 0 = none). ``expert_in_head``: per question kind, the share of
+    questions on which the scripted expert skips the last search and names the answer from memory (see
+    :func:`answers_in_head`) — an imperfect expert whose demonstrations imitation cannot turn into a perfect policy.
     """
 
     def __init__(self, tools: Sequence[ToolSpec] | None = None, retriever: str = "bm25", topk: int = 3,
                  url: str | None = None, http_timeout_s: float = 5.0, world_seed: int = 0,
                  world: dict[str, Any] | None = None, timeout_s: float = 10.0, max_output_chars: int = 2000,
-                 backend: SearchBackend | None = None, support_reward: float = 0.0) -> None:
+                 backend: SearchBackend | None = None, support_reward: float = 0.0,
+                 expert_in_head: Mapping[str, float] | None = None) -> None:
         if not isinstance(topk, int) or not 1 <= topk <= 50:
             raise ValueError(f"environment.args.topk: must be an integer from 1 to 50, got {topk!r}")
+        for kind, rate in (expert_in_head or {}).items():
+            if not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
+                raise ValueError(f"environment.args.expert_in_head.{kind}: must be a share from 0 to 1, got {rate!r}")
+        self.expert_in_head = {str(k): float(v) for k, v in (expert_in_head or {}).items()}
         self._owns_backend = backend is None
         self.backend = backend or make_backend(retriever, url, http_timeout_s, world_seed, world)
         own = search_tool(self.backend, topk)
@@ -111,10 +119,14 @@ class SearchEnv(ToolEnvironment):
         return result
 
     def expert_action(self) -> str:
-        """Search each hop's query in turn, then answer with the first gold answer."""
+        """Search each hop's query in turn, then answer with the first gold answer; with ``expert_in_head``, some
+        questions are answered one search early."""
         assert self.task is not None, "expert_action() before reset()"
         done = sum(1 for m in self.history if m.get("role") == "tool")
         queries: list[str] = self.task.data["queries"]
+        rate = self.expert_in_head.get(str(self.task.data.get("kind", "")), 0.0)
+        if done == len(queries) - 1 and done > 0 and answers_in_head(self.task.prompt, rate):
+            return f"<answer>{self.task.data['answer'][0]}</answer>"
         if done < len(queries):
             call = json.dumps({"name": "search", "arguments": {"query": queries[done]}})
             return f"<tool_call>\n{call}\n</tool_call>"
@@ -123,6 +135,16 @@ class SearchEnv(ToolEnvironment):
     async def close(self) -> None:
         if self._owns_backend:
             await self.backend.close()
+
+
+def answers_in_head(prompt: str, rate: float) -> bool:
+    """Whether the imperfect expert skips this question's last search: fixed per question (a hash of its text), so
+    it is always demonstrated the same way, while from the wording the choice looks random — a policy that imitates
+    the expert skips that search on about ``rate`` of the questions of the kind, and must then know the answer."""
+    if rate <= 0:
+        return False
+    band = int.from_bytes(hashlib.sha256(f"in-head:{prompt}".encode()).digest()[:4], "big") / 2**32
+    return band < rate
 
 
 def observed_text(messages: Sequence[Message]) -> str:

@@ -178,6 +178,7 @@ def test_rollout_with_dead_and_good_urls(good: str, tmp_path: Any) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     sets = [x for where in ("environment.args", "data.eval.args") for k, v in SMALL.items()
             for x in ("--set", f"{where}.world.{k}={v}")]
+    sets += ["--set", "environment.args.expert_in_head.fic_company_leader=0.0"]  # the perfect expert: two searches
 
     def rollout(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "agentbridge.cli", "rollout", "examples/search.yaml", "-n", "4",
@@ -188,7 +189,7 @@ def test_rollout_with_dead_and_good_urls(good: str, tmp_path: Any) -> None:
     ok = rollout(f"{dead},{good}", "--max-tool-failure-rate", "0")
     assert ok.returncode == 0, ok.stderr
     summary = json.loads((tmp_path / good.rsplit(":", 1)[1] / "summary.json").read_text())
-    assert summary["tools/failure_rate"] == 0.0 and summary["tools/calls"] >= 2
+    assert summary["tools/failure_rate"] == 0.0 and summary["tools/calls"] == 2
     bad = rollout(dead, "--max-tool-failure-rate", "0.2")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     errors = [x for x in bad.stderr.splitlines() if x.startswith("error")]

@@ -27,8 +27,12 @@ from agentbridge_search.server import create_app
 TOKENIZER = load_tokenizer("builtin:tiny")
 
 
+PERFECT = "environment.args.expert_in_head.fic_company_leader=0.0"  # the example's expert is imperfect on purpose
+
+
 def agent(*sets: str) -> Agent:
-    return Agent.from_spec(load_spec("examples/search.yaml", [*SMALL_SETS, *DEV_SETS, *sets]), TOKENIZER)
+    """The search example on the small world, with the perfect expert unless ``sets`` say otherwise."""
+    return Agent.from_spec(load_spec("examples/search.yaml", [*SMALL_SETS, *DEV_SETS, PERFECT, *sets]), TOKENIZER)
 
 
 def run_expert(a: Agent, n: int) -> list:
@@ -43,6 +47,21 @@ def test_expert_solves_in_process() -> None:
         assert all(t.reward_components[name] == 1.0 for t in trajs), name
     assert sum(t.reward_components["search/support"] for t in trajs) / len(trajs) >= 0.9
     assert all(t.metrics["tools/failures"] == 0 and t.metrics["search/queries"] >= 2 for t in trajs)
+
+
+def test_imperfect_expert_names_some_answers_one_search_early() -> None:
+    """With ``expert_in_head``, the expert skips the last search on about that share of the kind's questions — the
+    same questions every time — and its answers stay right; the other kinds keep one search per hop."""
+    a = agent("environment.args.expert_in_head.fic_company_leader=0.6")
+    trajs = run_expert(a, 60)
+    assert all(t.reward_components["search/exact_match"] == 1.0 for t in trajs)
+    searches = [(task.data["kind"], t.metrics["search/queries"]) for task, t in zip(a.tasks("eval", size=60), trajs,
+                                                                                  strict=True)]
+    leader = [n for kind, n in searches if kind == "fic_company_leader"]
+    assert all(n == 2 for kind, n in searches if kind != "fic_company_leader")
+    assert set(leader) == {1, 2} and 0.35 <= leader.count(1) / len(leader) <= 0.85, leader
+    again = [t.metrics["search/queries"] for t in run_expert(a, 60)]
+    assert again == [n for _, n in searches]
 
 
 def test_check_environment() -> None:
@@ -107,5 +126,7 @@ def test_bad_env_args_are_one_line() -> None:
 
     with pytest.raises(ValueError, match="topk: must be an integer from 1 to 50"):
         SearchEnv(topk=0, url="http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="expert_in_head.fic_company_leader: must be a share from 0 to 1, got 1.5"):
+        SearchEnv(expert_in_head={"fic_company_leader": 1.5}, url="http://127.0.0.1:1")
     with pytest.raises(ValueError, match="retriever must be one of"):
         SearchEnv(retriever="nope", world=SMALL)
