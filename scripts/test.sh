@@ -35,13 +35,25 @@ for entry in "${setups[@]}"; do
     cat ".agentbridge/setup-$name.log"; echo "[test] the $name environment could not be created"; failed=1; fi
 done
 [ "$failed" = 0 ] || exit 1
-# the backends with their own environments first: the core's compare and conformance tests use those environments
-for script in adapters/*/test.sh; do
-  [ -e "$script" ] || continue
-  echo "[test] $script"
-  bash "$script" --durations=15
-done
-echo "[test] pytest (core, plugins, example packages, TRL, slime and ROLL adapters)"
+# the backends' suites run in the background beside the core's (two cores: much of each suite waits on
+# subprocesses, servers and browsers); their output is printed when both are done
+mkdir -p .agentbridge
+(
+  for script in adapters/*/test.sh; do
+    [ -e "$script" ] || continue
+    echo "[test] $script"
+    bash "$script" --durations=15 || { echo "[test] $script failed"; exit 1; }
+  done
+) > .agentbridge/adapter-tests.log 2>&1 &
+adapters=$!
+echo "[test] pytest (core, plugins, example packages, TRL, slime and ROLL adapters; the backends' suites beside it)"
 suites=(tests plugins/*/tests examples/plugin-package/tests examples/backend-package/tests adapters/trl/tests
         adapters/slime/tests adapters/roll/tests)
-.venv/bin/python -m pytest -q --durations=25 "${suites[@]}" "$@"
+core=0
+.venv/bin/python -m pytest -q --durations=25 "${suites[@]}" "$@" || core=$?
+backends=0
+wait "$adapters" || backends=$?
+cat .agentbridge/adapter-tests.log
+[ "$backends" = 0 ] || echo "[test] a backend's suite failed (above)"
+[ "$core" = 0 ] || echo "[test] the core suite failed (exit $core)"
+[ "$core" = 0 ] && [ "$backends" = 0 ]
