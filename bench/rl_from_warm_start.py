@@ -46,7 +46,9 @@ def main(run: Path, out: Path, overrides: list[str]) -> None:
     print(f"after {spec.algorithm.steps} RL steps ({time.perf_counter() - started:.0f} s, {' '.join(overrides)}): "
           f"success {before.mean:.3f} -> {after.mean:.3f}")
     paired = write_evals(out, {"before_rl": before, "after_rl": after})["paired"]
-    print(f"  McNemar p = {paired['rl_vs_warm_start_p']:.2g} ({paired['rl_vs_warm_start']})")
+    counts = paired["rl_vs_warm_start"]
+    print(f"  McNemar p = {paired['rl_vs_warm_start_p']:.2g} ({counts['rl_only']} tasks solved only after RL, "
+          f"{counts['before_rl_only']} only by the warm start)")
     for name, test in paired.get("components", {}).get("rl_vs_warm_start", {}).items():
         print(f"  {name}: {sum(before.components[name]) / len(tasks):.3f} -> "
               f"{sum(after.components[name]) / len(tasks):.3f} (Wilcoxon p = {test['p']:.2g})")
