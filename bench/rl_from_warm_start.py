@@ -49,9 +49,9 @@ def main(run: Path, out: Path, overrides: list[str]) -> None:
     counts = paired["rl_vs_warm_start"]
     print(f"  McNemar p = {paired['rl_vs_warm_start_p']:.2g} ({counts['rl_only']} tasks solved only after RL, "
           f"{counts['before_rl_only']} only by the warm start)")
+    means = before.summary().get("components", {}), after.summary().get("components", {})
     for name, test in paired.get("components", {}).get("rl_vs_warm_start", {}).items():
-        print(f"  {name}: {sum(before.components[name]) / len(tasks):.3f} -> "
-              f"{sum(after.components[name]) / len(tasks):.3f} (Wilcoxon p = {test['p']:.2g})")
+        print(f"  {name}: {means[0][name]:.3f} -> {means[1][name]:.3f} (Wilcoxon p = {test['p']:.2g})")
 
 
 if __name__ == "__main__":
