@@ -15,7 +15,8 @@ to show its environment trains end to end) and returns the run's metric rows.
 machine: a local Ray cluster whose raylets declare GPUs no CUDA stands behind, and a ``ray`` whose ``get`` gives
 up instead of waiting forever on a placement group that cannot be placed. :func:`ray_job_submitted`,
 :func:`ray_driver_env` and :func:`merge_as_ray_init` replay a job's ``submit.sh`` up to the backend's ``ray.init``
-with Ray's own code.
+with Ray's own code. :class:`ExitAfterReport` ends a test process that holds Ray or ZMQ threads once pytest has
+written its report.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ import asyncio
 import inspect
 import json
 import math
+import os
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+from pluggy import HookimplMarker
 
 from agentbridge.env import Environment, Message, StepResult, Task, ToolCall, text_of
 from agentbridge.rewards import RewardFn
@@ -35,7 +40,7 @@ from agentbridge.rollout.driver import assistant_action
 from agentbridge.rollout.parsers import HermesParser, ToolCallParser
 from agentbridge.rollout.trajectory import Trajectory, Turn
 
-__all__ = ["EnvironmentCheckError", "TimedRay", "check_environment", "environment_problems",
+__all__ = ["EnvironmentCheckError", "ExitAfterReport", "TimedRay", "check_environment", "environment_problems",
            "environment_problems_async", "logical_gpu_cluster", "merge_as_ray_init", "ray_driver_env",
            "ray_job_submitted", "short_training_run"]
 
@@ -502,6 +507,33 @@ def merge_as_ray_init(job_runtime_env: dict[str, Any], init_runtime_env: dict[st
 
 
 SHORT_RUN = ["algorithm.steps=2", "algorithm.batch_size=2", "data.train.size=64", "data.eval.size=8"]
+
+
+class ExitAfterReport:
+    """A pytest plugin that ends the process with pytest's exit status once the report is written, Ray shut down
+    first. The interpreter's own shutdown, with native threads left by Ray's core worker, gRPC or ZMQ sockets, can
+    segfault after every test has passed and fail a green run. Register it from a ``conftest.py``::
+
+        def pytest_configure(config):
+            config.pluginmanager.register(ExitAfterReport(), "exit-after-report")
+    """
+
+    def __init__(self) -> None:
+        self.exitstatus: int | None = None
+
+    def pytest_sessionfinish(self, exitstatus: int) -> None:
+        self.exitstatus = int(exitstatus)
+
+    @HookimplMarker("pytest")(trylast=True)  # pytest.hookimpl, without importing pytest here
+    def pytest_unconfigure(self) -> None:
+        if self.exitstatus is None:
+            return
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(self.exitstatus)
 
 
 def short_training_run(spec: str, run_dir: Any, sets: Sequence[str] = (), *, timeout_s: float = 900) -> list[dict]:

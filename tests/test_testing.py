@@ -176,3 +176,33 @@ def test_check_environment_raises_with_every_problem() -> None:
     assert len(info.value.problems) == 3 and "3 problem(s)" in str(info.value)
     with pytest.raises(EnvironmentCheckError, match="give at least one task"):
         check_environment(ShoutEnv, [])
+
+
+EXIT_CONFTEST = '''
+import atexit, pathlib
+from agentbridge.testing import ExitAfterReport
+
+atexit.register(lambda: pathlib.Path("finalized").write_text("the interpreter shut down"))
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(ExitAfterReport(), "exit-after-report")
+'''
+
+
+@pytest.mark.parametrize(("body", "status", "summary"), [
+    ("def test_ok():\n    assert True\n", 0, "1 passed"),
+    ("def test_bad():\n    assert False\n", 1, "1 failed"),
+])
+def test_exit_after_report_keeps_pytests_status_and_report(tmp_path: Any, body: str, status: int,
+                                                           summary: str) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(EXIT_CONFTEST)
+    (tmp_path / "test_one.py").write_text(body)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_one.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == status, done.stdout + done.stderr
+    assert summary in done.stdout
+    assert not (tmp_path / "finalized").exists()  # ended before the interpreter's own shutdown

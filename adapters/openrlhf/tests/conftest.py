@@ -16,6 +16,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Ray's threads can crash the interpreter's shutdown after a green run: end once the report is written."""
+    from agentbridge.testing import ExitAfterReport
+
+    config.pluginmanager.register(ExitAfterReport(), "agentbridge-exit-after-report")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _repo_root() -> None:
     """Spec paths (examples/...) are relative to the repository root."""
