@@ -528,12 +528,14 @@ class ExitAfterReport:
     def pytest_unconfigure(self) -> None:
         if self.exitstatus is None:
             return
-        ray = sys.modules.get("ray")
-        if ray is not None and ray.is_initialized():
-            ray.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(self.exitstatus)
+        try:
+            ray = sys.modules.get("ray")
+            if ray is not None and ray.is_initialized():
+                ray.shutdown()
+        finally:  # a failing shutdown must not keep the process from ending with pytest's status
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(self.exitstatus)
 
 
 def short_training_run(spec: str, run_dir: Any, sets: Sequence[str] = (), *, timeout_s: float = 900) -> list[dict]:
