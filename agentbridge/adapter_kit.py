@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -72,19 +73,37 @@ def ray_cluster_nodes(address: str, connect_timeout_s: float = 5.0) -> list[dict
 
 
 def write_script(path: Path, lines: Iterable[str], notes: Iterable[str] = ()) -> None:
-    """An executable bash script: strict mode, ``$JOB`` (the script's directory), one ``# NOTE:`` line per note,
-    then ``lines``."""
-    path.write_text("\n".join([*SCRIPT_HEAD, *(f"# NOTE: {note}" for note in notes), *lines]) + "\n")
+    """An executable bash script: strict mode, ``$JOB`` (the script's directory), one ``# NOTE:`` comment per note
+    (each of its lines a comment: a note may quote the spec), then ``lines``."""
+    comments = ["# NOTE: " + "\n#   ".join(str(note).splitlines() or [""]) for note in notes]
+    path.write_text("\n".join([*SCRIPT_HEAD, *comments, *lines]) + "\n")
     path.chmod(0o755)
 
 
+def shell_quote(text: str, variables: Mapping[str, str] | None = None) -> str:
+    """One shell word that reads as ``text`` exactly: single-quoted, so nothing in it is expanded, except the
+    placeholders in ``variables`` (e.g. ``{"@OUT@": "OUT"}``), each of which becomes ``"$VAR"``. Every value from a
+    spec that a generated script holds goes through this function."""
+    if not variables:
+        return shlex.quote(text)
+    pattern = "(" + "|".join(re.escape(mark) for mark in variables) + ")"
+    words = [f'"${{{variables[part]}}}"' if part in variables else shlex.quote(part)
+             for part in re.split(pattern, text) if part]
+    return "".join(words) or "''"
+
+
+def default_line(var: str, value: str) -> str:
+    """The script's line that sets ``VAR`` to ``value`` (quoted) unless the environment sets it already."""
+    return f'if [ -z "${{{var}:-}}" ]; then {var}={shell_quote(value)}; fi'
+
+
 def model_line(var: str, path: str) -> str:
-    """The launch script's ``VAR=...`` line for a model (``$VAR`` wins when set): a builtin is built (cached) by
-    agentbridge with ``$PYTHON``; anything else goes to the backend verbatim."""
+    """The launch script's line that sets ``VAR`` to a model (``$VAR`` wins when set): a builtin is built (cached)
+    by agentbridge with ``$PYTHON``; anything else goes to the backend verbatim, quoted."""
     if not path.startswith("builtin:"):
-        return f"{var}=\"${{{var}:-{path}}}\""
+        return default_line(var, path)
     resolve = "import sys; from agentbridge.models import resolve_model_path as r; print(r(sys.argv[1]))"
-    return f"{var}=\"${{{var}:-$(\"$PYTHON\" -c {shlex.quote(resolve)} {shlex.quote(path)})}}\""
+    return f'if [ -z "${{{var}:-}}" ]; then {var}="$("$PYTHON" -c {shlex.quote(resolve)} {shlex.quote(path)})"; fi'
 
 
 def new_job(backend: Any, spec: Spec, out: Path, *, version: str, pin: str | None = None,
@@ -247,10 +266,9 @@ def run_validator(job: Job, backend: Any, validator: str) -> Report:
         return Report(ok=not problems, problems=problems, details=_details(skipped, semantics))
     python = backend_python(backend.name, backend.module)
     if python is None:
-        return Report(ok=False, problems=[Problem(backend.name, (
-            f"{backend.module} is not installed here and no environment for it was found; set "
-            f"AGENTBRIDGE_{backend.name.upper()}_PYTHON to its environment's python, or run "
-            f"`agentbridge backends setup {backend.name}`"))])
+        from agentbridge.backend_envs import no_environment
+
+        return Report(ok=False, problems=[Problem(backend.name, no_environment(backend.name, backend.module))])
     return validate_in(python, validator, job)
 
 

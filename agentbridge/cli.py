@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import wraps
 from pathlib import Path
 from typing import Any, NoReturn
@@ -18,15 +18,19 @@ from agentbridge.spec import Spec, SpecError, json_schema, load_spec
 
 USER_ERRORS: tuple[type[Exception], ...] = (SpecError, ValueError, FileNotFoundError, JobError)
 MAX_ERROR_LINES = 10
+MAX_ROLLOUT_EPISODES = 100_000  # trajectories are held in memory and written at the end
 
 
-def _fail(message: str) -> NoReturn:
-    """Print each line of ``message`` as an error (the first ``MAX_ERROR_LINES``, then how many more) and exit 1."""
+def _fail(message: str, warnings: Iterable[str] = ()) -> NoReturn:
+    """Print each line of ``message`` as an error (the first ``MAX_ERROR_LINES``, then how many more), then the
+    ``warnings``, and exit 1."""
     lines = message.splitlines() or [message]
     for line in lines[:MAX_ERROR_LINES]:
         click.echo(f"error: {line}", err=True)
     if len(lines) > MAX_ERROR_LINES:
         click.echo(f"error: ... and {len(lines) - MAX_ERROR_LINES} more", err=True)
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
     sys.exit(1)
 
 
@@ -98,12 +102,12 @@ def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None
         problems += [f"{spec_path}: {p}" for p in backend_problems(spec, plugins)]
     if not problems:  # renders a prompt: only for a spec whose ids all resolve
         problems += [f"{spec_path}: {p}" for p in prompt_budget_problems(spec, plugins)]
+    if problems:  # the errors first, then why a plugin did not load (it may be why an id is unknown)
+        _fail("\n".join(problems), warnings=plugins.errors)
     for err in plugins.errors:
         click.echo(f"warning: {err}", err=True)
     for line in scale_warnings(spec):
         click.echo(f"warning: {spec_path}: {line}", err=True)
-    if problems:
-        _fail("\n".join(problems))
     if name in plugins.backends:  # what this backend's training math does differently (algorithm conformance)
         from agentbridge.conformance.algorithms import difference_lines
 
@@ -148,7 +152,8 @@ def _make_policy(kind: str, agent: Any) -> Any:
 @click.argument("spec_path", metavar="SPEC")
 @click.option("--policy", "policy_kind", type=click.Choice(["scripted", "hf"]), default="scripted",
               show_default=True, help="scripted: the environment's expert; hf: the spec's model with transformers.")
-@click.option("-n", "episodes", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("-n", "episodes", type=click.IntRange(min=1, max=MAX_ROLLOUT_EPISODES), default=16, show_default=True,
+              help="Episodes to run, each on a task of its own.")
 @click.option("-o", "out", type=click.Path(file_okay=False), default=None, help="Write trajectories here.")
 @click.option("--split", type=click.Choice(["train", "eval"]), default="eval", show_default=True)
 @click.option("--concurrency", type=click.IntRange(min=1), default=32, show_default=True,
@@ -172,9 +177,11 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
     console = Console(stderr=True)
     spec = _spec(spec_path, sets)
     try:
-        with console.status(f"loading {spec.model.path}"):
+        with console.status(f"loading the agent ({spec.environment.id})"):
             agent = Agent.from_spec(spec)
+        with console.status(f"building {episodes} {split} tasks"):
             tasks = agent.tasks(split, size=episodes)
+        with console.status(f"loading {spec.model.path}"):
             policy = _make_policy(policy_kind, agent)
     except PluginError as e:
         _fail(f"{spec_path}: {e}")
@@ -220,8 +227,30 @@ def _backend(name: str) -> Backend:
         raise ValueError(f"--backend: {e}") from None
 
 
-def _compile(spec_path: str, spec: Spec, backend: Backend, out: str | None) -> Job:
+def _holds(directory: Path, path: str) -> bool:
+    """Whether ``path`` is ``directory`` or lies inside it."""
+    inner, outer = Path(path).resolve(), directory.resolve()
+    return inner == outer or outer in inner.parents
+
+
+def _job_dir_problem(out: Path, spec_path: str) -> str | None:
+    """Why ``compile -o out`` would overwrite something the user owns: a file, the spec it reads, or a directory
+    that holds anything but a job. None when ``out`` is new, empty or a job."""
+    from agentbridge.runs import manifest_kind
+
+    if out.exists() and not out.is_dir():
+        return f"-o {out}: not a directory"
+    if _holds(out, spec_path):
+        return f"-o {out}: holds the spec being compiled ({spec_path}); choose another job directory"
+    if out.is_dir() and any(out.iterdir()) and manifest_kind(out) != "job":
+        return f"-o {out}: holds files that are not a job (no job's manifest.json); choose a new or empty directory"
+    return None
+
+
+def _compile(spec_path: str, spec: Spec, backend: Backend, out: str | Path | None) -> Job:
     """``compile_job``, then the notes on what the job does differently from the spec."""
+    if out is not None and (problem := _job_dir_problem(Path(out), spec_path)):
+        raise ValueError(problem)
     job = compile_job(spec, backend, Path(out) if out else None, source=spec_path)
     for note in job.manifest.get("notes", []):
         click.echo(f"note: {note}", err=True)
@@ -311,7 +340,7 @@ def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind
     warm start it finished are not redone, RL restarts from the last checkpoint (weights, optimizer, scheduler,
     RNG, and the data not yet seen, in the same order), and metrics.jsonl goes on from that step."""
     from agentbridge.command_runners import runner_for
-    from agentbridge.runs import keep_earlier_run
+    from agentbridge.runs import RUN_JOB, keep_earlier_run
 
     if resume and overwrite:
         raise click.UsageError("--resume continues the run that --overwrite would delete; use one of them")
@@ -322,6 +351,10 @@ def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind
         os.environ["AGENTBRIDGE_NO_CACHE"] = uuid.uuid4().hex
 
     spec = _spec(spec_path, sets)  # the one parse of the spec: compile, validate and launch use this one
+    from agentbridge.plugins import get_plugins
+
+    for err in get_plugins().errors:
+        click.echo(f"warning: {err}", err=True)
     from agentbridge.training.trackers import missing_trackers
 
     if missing := missing_trackers(spec):
@@ -334,15 +367,18 @@ def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind
         if resume_point is None:
             _fail(f"--resume: the {name} backend does not resume runs")
         click.echo(f"resuming {target} from {resume_point(target, spec)}")
-    job = _compile(spec_path, spec, backend, None)
+    if _holds(target, spec_path):
+        _fail(f"-o {target}: holds the spec being trained ({spec_path}); choose another run directory")
+    # first, so that nothing is compiled for a directory that cannot hold the run; only a run is moved or deleted
+    kept = None if resume else keep_earlier_run(target, overwrite=overwrite)
+    if kept is not None:
+        click.echo(f"the earlier run in {target} is kept as {kept}")
+    job = _compile(spec_path, spec, backend, target / RUN_JOB)  # the run's job lives in the run directory
     report = backend.validate(job)
     if not report.ok:
         _fail("\n".join(f"{job.path}: {p}" for p in report.problems))
     # local: the backend picks its interpreter (this one, or its recorded environment); env: its environment
     runner = runner_for("env", backend=name, module=getattr(backend, "module", name)) if runner_kind == "env" else None
-    kept = None if resume else keep_earlier_run(target, overwrite=overwrite)
-    if kept is not None:
-        click.echo(f"the earlier run in {target} is kept as {kept}")
     run_dir = backend.launch(job, runner, run_dir=target, **({"extra_args": ["--resume"]} if resume else {}))
     click.echo(f"run: {run_dir} (report: {Path(run_dir) / 'report.md'})")
 

@@ -127,8 +127,9 @@ def runner_for(kind: str, *, backend: str | None = None, module: str | None = No
         raise ValueError(f"--runner {kind}: needs a backend to find its environment")
     python = backend_python(backend, module or backend)
     if python is None:
-        raise ValueError(f"--runner {kind}: no environment for backend {backend} was found; "
-                         f"run `agentbridge backends setup {backend}`")
+        from agentbridge.backend_envs import no_environment
+
+        raise ValueError(f"--runner {kind}: {no_environment(backend, module or backend)}")
     if kind == "env":
         return InterpreterRunner(python)
     return RayJobRunner(address or "http://127.0.0.1:8265", python, working_dir=working_dir)

@@ -7,15 +7,19 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentbridge import __version__
 from agentbridge.rollout.trajectory import FINISH_REASONS, Trajectory
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 METRIC_NAMES = ("step", "reward/mean", "reward/std", "episode/turns", "episode/response_tokens", "tools/calls",
                 "tools/failures", "time/step_s", "time/generate_s", "time/env_s", "throughput/tokens_per_s",
@@ -58,23 +62,113 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
     return n
 
 
+def one_line(text: str, limit: int = 80) -> str:
+    """``text`` on one line, control characters escaped, cut to ``limit`` characters: safe to print in a problem
+    line whatever a file held."""
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """A JSON value as a problem line quotes it: short, on one line."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):
+        text = type(value).__name__
+    return one_line(text, limit)
+
+
+def invalid(error: ValidationError) -> str:
+    """A pydantic validation error as one line: where the first fault is, what was expected, what was found."""
+    errors = error.errors(include_url=False)
+    if not errors:
+        return "invalid"
+    first = errors[0]
+    where = ".".join(str(p) for p in first["loc"])
+    what = first["msg"].removeprefix("Value error, ")
+    msg = f"{one_line(where)}: {what}" if where else what
+    if "input" in first and first["type"] not in ("missing", "value_error"):  # a value error names what it saw
+        msg += f" (got {shown(first['input'])})"
+    return msg + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
+
+
 def read_jsonl(path: Path, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` for each JSON object line of ``path``; a line that is not one adds a problem line
-    (``path:N: ...; skipped``) and is skipped, so a partial write or a stray line never stops a reader."""
+    """``(line number, object)`` for each JSON object line of ``path``; a line that is not one (not UTF-8, not
+    JSON, cut short, a list, a number, null) adds a problem line (``path:N: ...; skipped``) and is skipped, so a
+    partial write or a stray line never stops a reader. An unreadable file is one problem line and no rows."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        problems.append(f"{path}: cannot be read ({one_line(e.strerror or str(e))}); skipped")
+        return []
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
+    for n, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), 1):  # \n, \r\n or \r: as written
+        if not raw.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            problems.append(f"{path}:{n}: not UTF-8 text; skipped")
+            continue
         except json.JSONDecodeError:
             problems.append(f"{path}:{n}: not valid JSON (a partial write?); skipped")
             continue
+        except (ValueError, RecursionError):  # an integer of thousands of digits, nesting past Python's stack
+            problems.append(f"{path}:{n}: not valid JSON (a number too long or nesting too deep); skipped")
+            continue
         if not isinstance(row, dict):
-            problems.append(f"{path}:{n}: not a JSON object; skipped")
+            problems.append(f"{path}:{n}: not a JSON object (a {_json_type(row)}); skipped")
             continue
         rows.append((n, row))
     return rows
+
+
+def _json_type(value: Any) -> str:
+    return {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+
+
+def read_json_object(path: Path, problems: list[str], consequence: str) -> dict[str, Any] | None:
+    """The JSON object in the file ``path``; None (and one problem line ending in ``consequence``) when it cannot
+    be read or is not JSON, or not an object."""
+    try:
+        loaded = json.loads(path.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
+    except OSError as e:
+        problems.append(f"{path}: cannot be read ({one_line(e.strerror or str(e))}); {consequence}")
+        return None
+    except UnicodeDecodeError:
+        problems.append(f"{path}: not UTF-8 text; {consequence}")
+        return None
+    except json.JSONDecodeError as e:
+        problems.append(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); {consequence}")
+        return None
+    except (ValueError, RecursionError):
+        problems.append(f"{path}: not valid JSON; {consequence}")
+        return None
+    if not isinstance(loaded, dict):
+        problems.append(f"{path}: not a JSON object (a {_json_type(loaded)}); {consequence}")
+        return None
+    return loaded
+
+
+MAX_PROBLEMS_PER_FILE = 200
+_LINE = re.compile(r"^(.+?):\d+: ")
+
+
+def limit_problems(problems: list[str], per_file: int = MAX_PROBLEMS_PER_FILE) -> list[str]:
+    """``problems`` with at most ``per_file`` line-numbered ones (``path:N: ...``) per file, then one line saying
+    how many more that file has: a file of garbage stays readable in a terminal and a page."""
+    seen: dict[str, int] = {}
+    out = []
+    for line in problems:
+        match = _LINE.match(line)
+        if match is None:
+            out.append(line)
+            continue
+        seen[match[1]] = seen.get(match[1], 0) + 1
+        if seen[match[1]] <= per_file:
+            out.append(line)
+    out += [f"{path}: {n - per_file} more malformed lines not listed" for path, n in seen.items() if n > per_file]
+    return out
 
 
 def append_jsonl(path: Path, row: dict[str, Any]) -> None:
@@ -127,18 +221,43 @@ def manifest(*, kind: str, spec_hash: str, seed: int, command: list[str] | None 
     }
 
 
+RUN_JOB = "job"  # the job `agentbridge train` compiles for a run, inside its run directory
+
+
+def manifest_kind(directory: Path) -> str | None:
+    """``"run"`` or ``"job"`` when ``directory`` holds agentbridge's ``manifest.json`` of one, else None."""
+    try:
+        info = json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return info.get("kind") if isinstance(info, dict) and info.get("kind") in ("run", "job") else None
+
+
 def keep_earlier_run(run_dir: Path, *, overwrite: bool = False) -> Path | None:
     """Make ``run_dir`` free for a new run without losing the one it holds: that run moves to
-    ``<run_dir>@<its start time>`` (returned); with ``overwrite`` it is deleted instead. None when it was free."""
+    ``<run_dir>@<its start time>`` (returned); with ``overwrite`` it is deleted instead. None when it was free
+    (missing, empty, or holding only the run's own job). Only a run is moved or deleted: ValueError with one line
+    when ``run_dir`` holds anything else, or holds the current directory."""
     import shutil
 
-    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+    if not run_dir.exists():
         return None
+    if not run_dir.is_dir():
+        raise ValueError(f"{run_dir}: not a directory; the run directory must be a new or empty directory")
+    if not any(p.name != RUN_JOB for p in run_dir.iterdir()):
+        return None
+    if manifest_kind(run_dir) != "run":
+        raise ValueError(f"{run_dir}: not a run directory (it holds files but no run's manifest.json); nothing "
+                         "was moved or deleted: choose a new or empty directory")
+    here, target = Path.cwd().resolve(), run_dir.resolve()
+    if target == here or target in here.parents:
+        raise ValueError(f"{run_dir}: holds the current directory; nothing was moved or deleted: run from "
+                         "elsewhere or choose another run directory")
     if overwrite:
-        shutil.rmtree(run_dir) if run_dir.is_dir() else run_dir.unlink()
+        shutil.rmtree(run_dir)
         return None
     started = run_dir / "manifest.json"
-    stamp = datetime.fromtimestamp((started if started.exists() else run_dir).stat().st_mtime, UTC)
+    stamp = datetime.fromtimestamp(started.stat().st_mtime, UTC)
     kept = run_dir.with_name(f"{run_dir.name}@{stamp:%Y%m%dT%H%M%S}")
     n = 1
     while kept.exists():

@@ -386,8 +386,9 @@ def run_algorithms(backend_name: str, algorithms: tuple[str, ...] = ALGORITHMS,
         else:
             python = backend_python(backend_name, module)
             if python is None:
-                raise ConformanceError(f"backend {backend_name}: '{module}' is not installed here and no environment "
-                                       f"for it was found; run `agentbridge backends setup {backend_name}`")
+                from agentbridge.backend_envs import no_environment
+
+                raise ConformanceError(f"backend {backend_name}: {no_environment(backend_name, module)}")
             cmd = [python, "-m", "agentbridge.conformance", "algorithms", backend_name, "--workdir", str(work),
                    "--algorithms", ",".join(algorithms)]
             result = subprocess.run(cmd, capture_output=True, text=True)

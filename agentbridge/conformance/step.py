@@ -302,8 +302,9 @@ def run_step(backend_name: str, workdir: Path | None = None, sets: list[str] | N
         else:
             python = backend_python(backend_name, module)
             if python is None:
-                raise ConformanceError(f"backend {backend_name}: '{module}' is not installed here and no environment "
-                                       f"for it was found; run `agentbridge backends setup {backend_name}`")
+                from agentbridge.backend_envs import no_environment
+
+                raise ConformanceError(f"backend {backend_name}: {no_environment(backend_name, module)}")
             cmd = [python, "-m", "agentbridge.conformance.step", backend_name, "--workdir", str(work),
                    *[f"--set={s}" for s in sets or []]]
             result = subprocess.run(cmd, capture_output=True, text=True)

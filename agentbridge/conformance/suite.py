@@ -126,8 +126,9 @@ def backend_records(name: str, kind: str, workdir: Path) -> list[EpisodeRecord]:
         return list(backend.conformance(kind, workdir))
     python = backend_python(name, module)
     if python is None:
-        raise ConformanceError(f"backend {name}: '{module}' is not installed here and no environment for it was "
-                               f"found; run `agentbridge backends setup {name}`")
+        from agentbridge.backend_envs import no_environment
+
+        raise ConformanceError(f"backend {name}: {no_environment(name, module)}")
     cmd = [python, "-m", "agentbridge.conformance", "records", name, "--kind", kind, "--workdir", str(workdir)]
     result = subprocess.run(cmd, capture_output=True, text=True)
     lines = result.stdout.strip().splitlines()

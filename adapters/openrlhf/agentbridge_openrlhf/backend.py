@@ -216,33 +216,24 @@ class OpenRLHFBackend:
         return golden_records(kind, Path(workdir))
 
 
-def _quote(arg: str, job: str, model: str, out: str) -> str:
-    quoted = shlex.quote(arg)
-    for mark, var in (("@JOB@", job), ("@MODEL@", model), ("@OUT@", out)):
-        if mark in arg:  # double quotes so the shell expands the variable
-            quoted = '"' + arg.replace(mark, var).replace('"', '\\"') + '"'
-    return quoted
-
-
-def _args_block(argv: list[str], job: str) -> list[str]:
+def _args_block(argv: list[str], *, job_variable: bool) -> list[str]:
+    """``ARGS=(...)``, one flag per line; every value quoted, its ``@MODEL@``/``@OUT@`` (and ``@JOB@`` when
+    ``job_variable``, else the working directory ``.``) the script's variables."""
+    variables = {"@MODEL@": "MODEL", "@OUT@": "OUT", **({"@JOB@": "JOB"} if job_variable else {})}
     lines, i = ["ARGS=("], 0
     while i < len(argv):
         flag, values = argv[i], []
         i += 1
         while i < len(argv) and not argv[i].startswith("--"):
-            values.append(_quote(argv[i], job, "$MODEL", "$OUT"))
+            value = argv[i] if job_variable else argv[i].replace("@JOB@", ".")
+            values.append(kit.shell_quote(value, variables))
             i += 1
-        lines.append("  " + " ".join([flag, *values]))
+        lines.append("  " + " ".join([kit.shell_quote(flag), *values]))
     return [*lines, ")"]
 
 
 def _model_line(spec: Spec, path: str | None = None, var: str = "MODEL") -> str:
-    path = spec.model.path if path is None else path
-    if path.startswith("builtin:"):
-        resolve = ("\"$PYTHON\" -c 'import sys; from agentbridge.models import resolve_model_path; "
-                   f"print(resolve_model_path(sys.argv[1]))' {shlex.quote(path)}")
-        return f'{var}="${{{var}:-$({resolve})}}"'
-    return f"{var}=\"${{{var}:-{path}}}\""
+    return kit.model_line(var, spec.model.path if path is None else path)
 
 
 def _reward_server_lines(spec: Spec, *, start: bool) -> list[str]:
@@ -285,7 +276,7 @@ def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
         "# which `agentbridge check` validates with OpenRLHF's own parser.",
         'PYTHON="${PYTHON:-python3}"',
         _model_line(spec),
-        f'OUT="${{OUT:-runs/{spec.name}}}"',
+        kit.default_line("OUT", f"runs/{spec.name}"),
         "# first: the Ray cluster the job uses ($RAY_ADDRESS, else this machine) must have the GPUs it asks for;",
         "# then the run format every backend writes: the executor records the driver's episodes in $OUT",
         'if [ "${1:-}" != "--print-args" ]; then',
@@ -295,7 +286,7 @@ def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
         "fi",
         *before,
         *_reward_server_lines(spec, start=True),
-        *_args_block(argv, "$JOB"),
+        *_args_block(argv, job_variable=True),
         'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
         'mkdir -p "$OUT"',
         '"$PYTHON" -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
@@ -328,7 +319,7 @@ def _submit_lines(spec: Spec, argv: list[str]) -> list[str]:
         _model_line(spec),
         'OUT="${OUT:-out}"  # what --print-args shows without one',
         *_reward_server_lines(spec, start=False),
-        *_args_block(argv, "."),
+        *_args_block(argv, job_variable=False),
         'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
         f"exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\\n"
         f"  --runtime-env-json {runtime_env} \\\n"

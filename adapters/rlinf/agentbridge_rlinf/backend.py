@@ -144,10 +144,10 @@ def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
     return [
         "# Run RLinf's reasoning trainer with agentbridge's agent-loop worker on this machine (it needs GPUs).",
         "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
-        f"PYTHON=\"${{PYTHON:-{rlinf_python()}}}\"",
+        kit.default_line("PYTHON", rlinf_python()),
         'ROOT="${ROOT:-$JOB}"',
         kit.model_line("MODEL", spec.model.path),
-        f"RUN_DIR=\"${{RUN_DIR:-runs/{spec.name}}}\"",
+        kit.default_line("RUN_DIR", f"runs/{spec.name}"),
         'mkdir -p "$RUN_DIR" && RUN_DIR="$(cd "$RUN_DIR" && pwd)"',
         'export AGENTBRIDGE_RUN_DIR="$RUN_DIR"',
         f"\"$PYTHON\" \"$ROOT/{ENTRY_FILE}\" --config-path \"$(cd \"$ROOT\" && pwd)\" --config-name {CONFIG_NAME} \\",
@@ -164,7 +164,7 @@ def _submit_lines(spec: Spec) -> list[str]:
         f"# PYTHON is the RLinf environment (rlinf=={RLINF_PIN}, agentbridge, agentbridge-rlinf and the spec's "
         "plugins)",
         "# at the same path on every node: RLinf's workers import agentbridge's agent loop there.",
-        f"PYTHON=\"${{PYTHON:-{rlinf_python()}}}\"",
+        kit.default_line("PYTHON", rlinf_python()),
         "# RUN_DIR: checkpoints and logs, written by ranks on every node: an absolute path on storage all nodes share",
         "case \"${RUN_DIR:-}\" in /*) ;; *) echo \"submit.sh: set RUN_DIR to an absolute directory on storage every "
         "node shares (now: '${RUN_DIR:-}')\" >&2; exit 2 ;; esac",

@@ -145,11 +145,11 @@ def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
         "# Run ROLL's agentic pipeline with agentbridge's env manager on this machine (it needs GPUs).",
         "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
         "# ROLL_HOME: a checkout of ROLL (source only); put on PYTHONPATH when set.",
-        f"PYTHON=\"${{PYTHON:-{roll_python()}}}\"",
+        kit.default_line("PYTHON", roll_python()),
         'ROOT="$(cd "${ROOT:-$JOB}" && pwd)"',
         'if [ -n "${ROLL_HOME:-}" ]; then export PYTHONPATH="$ROLL_HOME${PYTHONPATH:+:$PYTHONPATH}"; fi',
         kit.model_line("MODEL", spec.model.path),
-        f"RUN_DIR=\"${{RUN_DIR:-runs/{spec.name}}}\"",
+        kit.default_line("RUN_DIR", f"runs/{spec.name}"),
         'mkdir -p "$RUN_DIR" && RUN_DIR="$(cd "$RUN_DIR" && pwd)"',
         'export AGENTBRIDGE_RUN_DIR="$RUN_DIR" ROLL_LOG_DIR="${ROLL_LOG_DIR:-$RUN_DIR/logs}"',
         f"\"$PYTHON\" \"$ROOT/{ENTRY_FILE}\" --config-path \"$ROOT\" --config-name {CONFIG_NAME} \\",
@@ -167,7 +167,7 @@ def _submit_lines(spec: Spec) -> list[str]:
         "agentbridge-roll and the spec's plugins)",
         "# at the same path on every node, and ROLL_HOME the ROLL checkout there: ROLL's env workers import "
         "agentbridge's env manager.",
-        f"PYTHON=\"${{PYTHON:-{roll_python()}}}\"",
+        kit.default_line("PYTHON", roll_python()),
         "# RUN_DIR: checkpoints and logs, written by ranks on every node: an absolute path on storage all nodes share",
         "case \"${RUN_DIR:-}\" in /*) ;; *) echo \"submit.sh: set RUN_DIR to an absolute directory on storage every "
         "node shares (now: '${RUN_DIR:-}')\" >&2; exit 2 ;; esac",

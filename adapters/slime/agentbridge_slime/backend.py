@@ -139,21 +139,22 @@ def slime_python() -> str:
 
 def _launch_lines(spec: Spec) -> list[str]:
     script = options(spec)["model_script"]
-    default = f"$SLIME_DIR/scripts/models/{script}.sh" if script else ""
+    models = {"@SLIME_DIR@": "SLIME_DIR"}
+    default = kit.shell_quote(f"@SLIME_DIR@/scripts/models/{script}.sh", models) if script else "''"
     return [
         "# Run slime's train.py with agentbridge's generate function on this machine (it needs GPUs and Megatron-LM).",
         f"# SLIME_DIR: a checkout of {SLIME_REPO} (this adapter was verified against {SLIME_COMMIT[:7]});",
         "# MEGATRON_DIR: the Megatron-LM checkout slime's docker/ pins. ROOT: where the job's files are read from.",
-        f"PYTHON=\"${{PYTHON:-{slime_python()}}}\"",
+        kit.default_line("PYTHON", slime_python()),
         'ROOT="${ROOT:-$JOB}"',
         f"SLIME_DIR=\"${{SLIME_DIR:?set SLIME_DIR to a checkout of {SLIME_REPO}}}\"",
         kit.model_line("MODEL", spec.model.path),
-        f"RUN_DIR=\"${{RUN_DIR:-runs/{spec.name}}}\"",
+        kit.default_line("RUN_DIR", f"runs/{spec.name}"),
         'mkdir -p "$RUN_DIR" && RUN_DIR="$(cd "$RUN_DIR" && pwd)"',
         'export AGENTBRIDGE_RUN_DIR="$RUN_DIR"',
         'export PYTHONPATH="$SLIME_DIR${MEGATRON_DIR:+:$MEGATRON_DIR}${PYTHONPATH:+:$PYTHONPATH}"',
         "# MODEL_ARGS: Megatron's architecture flags for the model, from one of slime's scripts/models/*.sh",
-        f"MODEL_ARGS_FILE=\"${{MODEL_ARGS_FILE:-{default}}}\"",
+        f'if [ -z "${{MODEL_ARGS_FILE:-}}" ]; then MODEL_ARGS_FILE={default}; fi',
         "MODEL_ARGS=()",
         'if [ -n "$MODEL_ARGS_FILE" ]; then source "$MODEL_ARGS_FILE"; fi',
         "# LOAD / REF_LOAD: default the model (slime loads Hugging Face weights of the model types it supports)",
@@ -172,7 +173,7 @@ def _submit_lines(spec: Spec) -> list[str]:
         f"# PYTHON is the slime environment (agentbridge, agentbridge-slime, the spec's plugins; {SLIME_REPO} at "
         "SLIME_DIR and Megatron-LM at MEGATRON_DIR)",
         "# at the same paths on every node: slime's rollout manager imports agentbridge's generate function there.",
-        f"PYTHON=\"${{PYTHON:-{slime_python()}}}\"",
+        kit.default_line("PYTHON", slime_python()),
         f"SLIME_DIR=\"${{SLIME_DIR:?set SLIME_DIR to the checkout of {SLIME_REPO} on the nodes}}\"",
         "# RUN_DIR: checkpoints and logs, written by ranks on every node: an absolute path on storage all nodes share",
         "case \"${RUN_DIR:-}\" in /*) ;; *) echo \"submit.sh: set RUN_DIR to an absolute directory on storage every "

@@ -12,6 +12,7 @@ slime sets its keys on ``args``; ``agentbridge_spec`` tells the generate functio
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from agentbridge.adapter_kit import flatten
@@ -98,7 +99,8 @@ def option_problems(spec: Spec) -> list[Problem]:
         problems.append(bad("gpu_memory_utilization", "a number in (0, 1]"))
     if "colocate" in given and not isinstance(given["colocate"], bool):
         problems.append(bad("colocate", "true or false"))
-    if given.get("model_script") is not None and not isinstance(given["model_script"], str):
+    script = given.get("model_script")
+    if script is not None and not (isinstance(script, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", script)):
         problems.append(bad("model_script", "the name of one of slime's scripts/models/*.sh (e.g. qwen2.5-3B)"))
     return problems
 

@@ -144,7 +144,7 @@ def test_overrides_and_options_apply_only_to_slime(tmp_path: Path) -> None:
     flags = yaml.safe_load((job.path / "slime_job.yaml").read_text())
     assert flags["eps-clip-high"] == 0.3 and flags["use-dynamic-batch-size"] is True and "rollout-shuffle" not in flags
     assert flags["micro-batch-size"] == 2
-    assert 'MODEL_ARGS_FILE="${MODEL_ARGS_FILE:-$SLIME_DIR/scripts/models/qwen2.5-3B.sh}"' in (
+    assert 'then MODEL_ARGS_FILE="${SLIME_DIR}"/scripts/models/qwen2.5-3B.sh; fi' in (
         job.path / "launch.sh").read_text()
     other = compile_job(tmp_path / "other", "backend.name=trl", "backend.overrides={eps-clip-high: 0.3}")
     assert yaml.safe_load((other.path / "slime_job.yaml").read_text()).get("eps-clip-high") == 0.28  # dapo's

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -107,11 +106,12 @@ class TrlBackend:
         kwargs = grpo_config_kwargs(spec, output_dir="${RUN_DIR}/trainer")
         get_plugins().hook.modify_backend_config(spec=spec, backend=self.name, config=kwargs)
         (out / "grpo_config.json").write_text(json.dumps(kwargs, indent=2) + "\n")
-        run_dir = f"runs/{spec.name}"
-        entry = f"-m agentbridge_trl.entry \"$JOB\" --run-dir \"${{RUN_DIR:-{run_dir}}}\""
+        entry = '-m agentbridge_trl.entry "$JOB" --run-dir "$RUN_DIR"'
         kit.write_script(out / "launch.sh", [
             "# Run this job on this machine (CPU or one GPU).",
-            f"exec \"${{PYTHON:-{shlex.quote(sys.executable)}}}\" {entry} \"$@\"",
+            kit.default_line("PYTHON", sys.executable),
+            kit.default_line("RUN_DIR", f"runs/{spec.name}"),
+            f'exec "$PYTHON" {entry} "$@"',
         ])
         kit.write_script(out / "submit.sh", _submit_lines(spec, entry))
         note = kit.foreign_note(self, spec, "TRL")
@@ -159,6 +159,7 @@ def _submit_lines(spec: Spec, entry: str) -> list[str]:
         "fi",
         "MAIN_PROCESS_IP=${MAIN_PROCESS_IP:-127.0.0.1}",
         "TRAIN_GPUS=$GPUS_PER_NODE",
+        kit.default_line("RUN_DIR", f"runs/{spec.name}"),
     ]
     if options["use_vllm"] and options["vllm_mode"] == "server" and not options["vllm_server_base_url"]:
         lines += [

@@ -200,10 +200,10 @@ def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
     return [
         "# Run veRL's PPO trainer with agentbridge's agent loop on this machine (veRL's trainer needs GPUs).",
         "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
-        f"PYTHON=\"${{PYTHON:-{verl_python()}}}\"",
+        kit.default_line("PYTHON", verl_python()),
         'ROOT="${ROOT:-$JOB}"',
         *_model_lines(spec),
-        f"RUN_DIR=\"${{RUN_DIR:-runs/{spec.name}}}\"",
+        kit.default_line("RUN_DIR", f"runs/{spec.name}"),
         "# the run format every backend writes: veRL's step metrics (file logger) and the driver's episodes",
         "# absolute: every rank resolves the checkpoint directory in its own working directory otherwise",
         'mkdir -p "$RUN_DIR" && RUN_DIR="$(cd "$RUN_DIR" && pwd)"',
@@ -230,7 +230,7 @@ def _submit_lines(spec: Spec) -> list[str]:
         "# at the same path on every node: Ray runs all workers with it, so agentbridge imports everywhere. It is",
         "# main_ppo's ray_kwargs.ray_init.runtime_env.py_executable, not the Job's: Ray refuses a Job runtime env",
         "# that shares a key with the one main_ppo passes to ray.init (py_executable is always among them).",
-        f"PYTHON=\"${{PYTHON:-{verl_python()}}}\"",
+        kit.default_line("PYTHON", verl_python()),
         "# RUN_DIR: checkpoints, metrics and the trained model, written by ranks on every node: an absolute path on",
         "# storage all nodes share (a relative one would land in each node's copy of the working_dir, and be lost)",
         "case \"${RUN_DIR:-}\" in /*) ;; *) echo \"submit.sh: set RUN_DIR to an absolute directory on storage every "
