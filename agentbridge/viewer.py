@@ -6,6 +6,10 @@ its tokens). The page lists the episodes with filters (finish reason, reward ran
 reward and its components, the decoded prompt, each turn's generated text, tool calls and tool results, and the
 response tokens coloured by their loss mask, each with its log-prob in its title. Plain HTML, CSS and a little
 inline JavaScript; nothing is loaded from elsewhere.
+
+Every row is checked against :class:`EpisodeRow` first: a row that is not an episode (a field of the wrong type, a
+token id that is negative, fractional or past any vocabulary) is skipped with one ``path:line:`` note, a token id
+past the decoding tokenizer's vocabulary is drawn as ``[id]`` with one, and the other episodes are drawn.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from agentbridge.runs import read_jsonl
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentbridge.runs import invalid, limit_problems, one_line, read_json_object, read_jsonl
 from agentbridge.training.logger import EPISODES_WITH_TOKENS_PER_STEP
 
 EPISODE_FILES = ("episodes.jsonl", "trajectories.jsonl")  # a training run's, a rollout's
@@ -38,21 +44,111 @@ def episodes_file(run_dir: Path) -> Path:
                             "finished yet)")
 
 
+TokenId = Annotated[int, Field(ge=0, lt=2**31)]  # no tokenizer has more ids
+MaskBit = Annotated[int, Field(ge=0, le=1)]
+Count = Annotated[int, Field(ge=0)]
+
+
+class _Row(BaseModel):
+    """JSON types as written (no ``"1"`` for 1, no 1.0 for an id); fields it does not name pass unchecked."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class ObservationRow(_Row):
+    """A message the environment answered a turn with."""
+
+    role: str = "?"
+    name: str | None = None
+    content: Any = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_or_blocks(cls, content: Any) -> Any:
+        blocks = isinstance(content, list) and all(
+            isinstance(b, dict) and isinstance(b.get("type", ""), str) and isinstance(b.get("text", ""), str)
+            for b in content)
+        if content is None or isinstance(content, str) or blocks:
+            return content
+        raise ValueError("should be text, a list of content blocks or null")
+
+
+class TurnRow(_Row):
+    """One assistant turn of an episode row (:class:`agentbridge.rollout.trajectory.Turn`)."""
+
+    text: str = ""
+    tool_calls: list[dict[str, Any]] | None = None
+    observations: list[ObservationRow] | None = None
+    reward: float = 0.0
+    scores: dict[str, float] | None = None
+    credit: float = 0.0
+    end: int = -1
+    message_index: int = -1
+    generated_tokens: Count | None = None
+    observation_tokens: Count = 0
+    generate_s: float = 0.0
+    env_s: float = 0.0
+
+
+class EpisodeRow(_Row):
+    """One row of ``episodes.jsonl`` or ``trajectories.jsonl`` (``Trajectory.to_dict`` and where it ran): an
+    episode has at least its task, turns, reward and finish reason."""
+
+    step: Count | None = None
+    backend: str | None = None
+    time: float | None = None
+    task_id: str
+    prompt_ids: list[TokenId] | None = None
+    response_ids: list[TokenId] | None = None
+    response_mask: list[MaskBit] | None = None
+    logprobs: list[float] | None = None
+    images: Count | None = None
+    turns: list[TurnRow]
+    reward: float
+    reward_components: dict[str, float] | None = None
+    finish_reason: str
+    metrics: dict[str, float] | None = None
+    error: str | None = None
+
+
+def _by_line(path: Path, problems: list[str]) -> list[str]:
+    """``problems`` about ``path`` (``path:N: ...`` first) in line order."""
+    def line(problem: str) -> int:
+        number = problem[len(str(path)) + 1:].split(":", 1)[0]
+        return int(number) if number.isdigit() else 0
+
+    return sorted(problems, key=line)
+
+
+def read_numbered_episodes(path: Path, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, episode)`` for each row of ``path`` that is an :class:`EpisodeRow`; each other line adds
+    one problem line (``path:N: what is wrong; skipped``), in line order."""
+    found: list[str] = []
+    episodes = []
+    for n, row in read_jsonl(path, found):
+        try:
+            EpisodeRow.model_validate(row)
+        except ValidationError as e:
+            found.append(f"{path}:{n}: not an episode: {invalid(e)}; skipped")
+            continue
+        episodes.append((n, row))
+    problems += _by_line(path, found)
+    return episodes
+
+
 def read_episodes(path: Path, problems: list[str]) -> list[dict[str, Any]]:
-    """The episodes in ``path``; a line that is not a JSON object adds a problem line and is skipped."""
-    return [row for _, row in read_jsonl(path, problems)]
+    """The episodes in ``path``; a line that is not one adds a problem line and is skipped."""
+    return [row for _, row in read_numbered_episodes(path, problems)]
 
 
-def run_model_path(run_dir: Path) -> str | None:
+def run_model_path(run_dir: Path, problems: list[str] | None = None) -> str | None:
     """The ``model.path`` a run's tokens came from: ``spec.yaml`` in the run directory or in the job directory
-    its manifest names, else the manifest's ``model``; None when the run does not say."""
+    its manifest names, else the manifest's ``model``; None when the run does not say. A manifest or spec that
+    cannot be read adds a problem line to ``problems``."""
+    problems = [] if problems is None else problems
     manifest: dict[str, Any] = {}
     if (run_dir / "manifest.json").is_file():
-        try:
-            loaded = json.loads((run_dir / "manifest.json").read_text())
-            manifest = loaded if isinstance(loaded, dict) else {}
-        except json.JSONDecodeError:
-            pass
+        manifest = read_json_object(run_dir / "manifest.json", problems, "the run's model is not read from it") or {}
     candidates = [run_dir / "spec.yaml"]
     if isinstance(manifest.get("job"), str):
         candidates.append(Path(manifest["job"]) / "spec.yaml")
@@ -61,8 +157,10 @@ def run_model_path(run_dir: Path) -> str | None:
             import yaml
 
             try:
-                spec = yaml.safe_load(spec_path.read_text())
-            except yaml.YAMLError:
+                spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+                first = one_line(str(e).splitlines()[0] if str(e) else type(e).__name__)
+                problems.append(f"{spec_path}: cannot be read ({first}); the run's model is not read from it")
                 continue
             model = spec.get("model") if isinstance(spec, dict) else None
             if isinstance(model, dict) and isinstance(model.get("path"), str):
@@ -71,13 +169,42 @@ def run_model_path(run_dir: Path) -> str | None:
     return model if isinstance(model, str) else None
 
 
-def load_decoder(model_path: str) -> Decoder:
+class TokenDecoder:
+    """Token ids to text with a model's tokenizer, special tokens included; an id outside its vocabulary is shown
+    as ``[id]`` (a tokenizer would make it nothing), and so is a run of ids the tokenizer fails on."""
+
+    def __init__(self, tokenizer: Any, name: str) -> None:
+        self.tokenizer, self.name, self.size = tokenizer, name, len(tokenizer)
+
+    def outside(self, ids: list[int]) -> int | None:
+        """The first of ``ids`` that is not in the vocabulary, or None."""
+        return next((i for i in ids if not 0 <= i < self.size), None)
+
+    def __call__(self, ids: list[int]) -> str:
+        if self.outside(ids) is None:
+            return self._decode(ids)
+        parts, run = [], []
+        for i in ids:
+            if 0 <= i < self.size:
+                run.append(i)
+                continue
+            parts += [self._decode(run), f"[{i}]"] if run else [f"[{i}]"]
+            run = []
+        return "".join(parts) + (self._decode(run) if run else "")
+
+    def _decode(self, ids: list[int]) -> str:
+        try:
+            return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+        except Exception:  # noqa: BLE001 - the ids are still worth showing
+            return "".join(f"[{i}]" for i in ids)
+
+
+def load_decoder(model_path: str) -> TokenDecoder:
     """Decode token ids with the tokenizer of ``model_path`` (a builtin name or a local model directory),
     special tokens included."""
     from agentbridge.models import load_tokenizer
 
-    tokenizer = load_tokenizer(model_path)
-    return lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False))
+    return TokenDecoder(load_tokenizer(model_path), model_path)
 
 
 def _e(value: Any) -> str:
@@ -150,11 +277,24 @@ def _tokens(episode: dict[str, Any], decode: Decoder | None) -> str:
     return f'<div class="tokens">{"".join(spans)}</div>'
 
 
+def _token_problem(episode: dict[str, Any], decode: TokenDecoder | None) -> str | None:
+    """What keeps an episode's tokens from being drawn as recorded, or None."""
+    if not _has_tokens(episode):
+        return None
+    ids, mask = episode["response_ids"], episode.get("response_mask") or []
+    if len(mask) != len(ids):
+        return f"the loss mask has {len(mask)} entries for {len(ids)} response tokens; its tokens are not shown"
+    bad = decode.outside(episode["prompt_ids"] + ids) if decode else None
+    if decode is None or bad is None:
+        return None
+    return f"token id {bad} is outside the vocabulary of {decode.name} ({decode.size} tokens); drawn as [{bad}]"
+
+
 def _episode(index: int, episode: dict[str, Any], decode: Decoder | None) -> str:
     reward = episode.get("reward", 0.0)
     finish = str(episode.get("finish_reason", "?"))
     turns = episode.get("turns") or []
-    step = f"step {_e(episode['step'])} · " if "step" in episode else ""
+    step = f"step {_e(episode['step'])} · " if episode.get("step") is not None else ""
     error = episode.get("error")
     summary = (f'<span class="idx">#{index}</span> {step}<b class="task">{_e(episode.get("task_id", "?"))}</b> · '
                f'reward <span class="reward">{_number(reward)}</span> · '
@@ -276,9 +416,10 @@ def write_view(run_dir: Path, out: Path | None = None, *, model: str | None = No
     notes (skipped lines, a tokenizer that could not be loaded)."""
     path = episodes_file(run_dir)
     notes: list[str] = []
-    episodes = read_episodes(path, notes)
-    model = model or run_model_path(run_dir)
-    decode: Decoder | None = None
+    numbered = read_numbered_episodes(path, notes)
+    episodes = [e for _, e in numbered]
+    model = model or run_model_path(run_dir, notes)
+    decode: TokenDecoder | None = None
     if model is None:
         notes.append(f"{run_dir}: the run does not say which model made it: token ids are shown (pass --model to "
                      "decode them)")
@@ -286,8 +427,10 @@ def write_view(run_dir: Path, out: Path | None = None, *, model: str | None = No
         try:
             decode = load_decoder(model)
         except Exception as e:  # noqa: BLE001 - the page still shows the text and the token ids
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            first = one_line(str(e).splitlines()[0] if str(e) else type(e).__name__, 200)
             notes.append(f"cannot load the tokenizer of {model} ({first}): token ids are shown")
+    notes += [f"{path}:{n}: {problem}" for n, e in numbered if (problem := _token_problem(e, decode))]
+    notes = limit_problems(notes)
     out = out or run_dir / "view.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     title = f"Episodes of {run_dir.resolve().name} ({path.name})"

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentbridge.runs import one_line
+
 if TYPE_CHECKING:
     from agentbridge.compare.report import RunData
 
@@ -68,6 +70,13 @@ CURVES = (
 )
 
 
+def _text(label: str) -> str:
+    """``label`` as matplotlib draws it literally: on one line, a ``$`` in a run's name or a backend's metric no
+    start of mathtext (which would fail to parse, and the report with it), a leading ``_`` no hidden legend entry."""
+    text = one_line(label, 80).replace("$", r"\$")
+    return f" {text}" if text.startswith("_") or not text else text
+
+
 def _pyplot() -> Any:
     import matplotlib
 
@@ -117,7 +126,7 @@ def draw_curve(runs: list[RunData], curve: Curve, out: Path, *, wall: bool) -> b
         points = [(x, y) for x, y in zip(xs, curve.values(run), strict=True) if y is not None]
         if points:
             label = run.label if curve.metric else f"{run.label} · {key}"
-            lines.append((points, f"C{i % 10}", label))
+            lines.append((points, f"C{i % 10}", _text(label)))
     if not lines:
         return False
     fig, ax = _axes(wall, unit_name)
@@ -149,9 +158,9 @@ def _evaluations(runs: list[RunData], wall: bool, unit: float) -> list[_Evaluati
             s = run.evals.get(arm)
             x = 0.0 if where == "start" else end
             if isinstance(s, dict) and isinstance(s.get("mean"), int | float) and x is not None:
-                mean = float(s["mean"])
-                out.append(_Evaluation(x, mean, float(s.get("ci95_low", mean)), float(s.get("ci95_high", mean)),
-                                       arm, f"C{i % 10}", run.label))
+                mean, low, high = float(s["mean"]), s.get("ci95_low"), s.get("ci95_high")
+                out.append(_Evaluation(x, mean, mean if low is None else float(low),
+                                       mean if high is None else float(high), arm, f"C{i % 10}", _text(run.label)))
     return out
 
 
@@ -181,7 +190,7 @@ def draw_heldout(runs: list[RunData], out: Path, *, wall: bool) -> bool:
     handles += [Line2D([], [], color="gray", marker=marker, linestyle="", label=name)
                 for arm, (marker, name, _) in ARMS.items() if any(p.arm == arm for p in points)]
     metrics = {str(r.evals[a].get("metric", "")) for r in runs for a in ARMS if isinstance(r.evals.get(a), dict)} - {""}
-    ax.set_ylabel(f"held-out success ({metrics.pop()})" if len(metrics) == 1 else "held-out success")
+    ax.set_ylabel(f"held-out success ({_text(metrics.pop())})" if len(metrics) == 1 else "held-out success")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the points
     _save(fig, out)
@@ -195,7 +204,7 @@ def draw_finish(runs: list[RunData], out: Path) -> None:
     bottoms = [0.0] * len(runs)
     for reason in reasons:
         shares = [sum(r.get(f"finish/{reason}", 0.0) for r in run.rows) / max(1, len(run.rows)) for run in runs]
-        ax.barh([run.label for run in runs], shares, left=bottoms, label=reason)
+        ax.barh([_text(run.label) for run in runs], shares, left=bottoms, label=reason)
         bottoms = [b + s for b, s in zip(bottoms, shares, strict=True)]
     ax.set_xlabel("share of episodes")
     ax.set_xlim(0, 1)

@@ -2,20 +2,25 @@
 
 A run directory holds ``manifest.json`` and ``metrics.jsonl`` (normalized names), as every backend writes
 them, and ``eval.json`` (held-out success per arm) when the run evaluated. Missing, partial or older runs give one
-problem line each; the rest of the report still renders.
+problem line each; the rest of the report still renders. So does a malformed part of a run: a metrics row that is
+not JSON, not an object or has no numeric step (``path:line: ...; skipped``), a value that is not a finite number
+(left out), a manifest field or an evaluation arm of the wrong type (left out), a file that is not a JSON object.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentbridge.compare.plots import draw_all
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from agentbridge.compare.plots import ARMS, draw_all
 from agentbridge.compare.semantics import semantics_table
-from agentbridge.runs import read_jsonl
+from agentbridge.runs import invalid, limit_problems, one_line, read_json_object, read_jsonl, shown
 
 if TYPE_CHECKING:
     from agentbridge.conformance.algorithms import Cell
@@ -34,31 +39,111 @@ class RunData:
     wall: list[float] | None = None  # seconds since the first step began, at the end of each row's step
 
 
+class ManifestFields(BaseModel):
+    """The fields of ``manifest.json`` the report reads, as :func:`agentbridge.runs.manifest` writes them."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    backend: str | None = None
+    spec_hash: str | None = None
+    chat_template_hash: str | None = None
+    seed: int | None = None
+    versions: dict[str, str | None] | None = None
+
+
+class EvalArm(BaseModel):
+    """One arm of ``eval.json``: held-out success with its 95% interval."""
+
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+
+    metric: str = ""
+    mean: float
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+
+    @model_validator(mode="after")
+    def _interval_holds_the_mean(self) -> EvalArm:
+        low = self.mean if self.ci95_low is None else self.ci95_low
+        high = self.mean if self.ci95_high is None else self.ci95_high
+        if not low <= self.mean <= high:
+            raise ValueError(f"the interval [{low:g}, {high:g}] does not hold the mean {self.mean:g}")
+        return self
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    except OverflowError:  # an integer past any float
+        return False
+
+
+def _metrics_row(row: dict[str, Any], where: str, problems: list[str]) -> dict[str, Any] | None:
+    """``row`` without the values that are not finite numbers (one problem line names them); None (and one line)
+    when it lacks a step or a mean reward to draw."""
+    missing = [k for k in REQUIRED if k not in row]
+    if missing:
+        problems.append(f"{where}: lacks {', '.join(missing)} (an older or foreign format?); skipped")
+        return None
+    for key in REQUIRED:
+        if not _finite(row[key]):
+            problems.append(f"{where}: {key} is not a finite number (got {shown(row[key])}); skipped")
+            return None
+    bad = [k for k, v in row.items() if not _finite(v)]
+    if bad:
+        named = ", ".join(f"{one_line(k, 40)} ({shown(row[k])})" for k in bad[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        problems.append(f"{where}: not a finite number: {named}{more}; left out")
+    return {k: v for k, v in row.items() if k not in bad}
+
+
+def _manifest(path: Path, problems: list[str]) -> dict[str, Any]:
+    """The manifest without the fields the report reads that hold the wrong type (one problem line each)."""
+    manifest = read_json_object(path, problems, "versions and settings cannot be compared") or {}
+    for key in ManifestFields.model_fields:
+        if key in manifest:
+            try:
+                ManifestFields.model_validate({key: manifest[key]})
+            except ValidationError as e:
+                problems.append(f"{path}: {invalid(e)}; not compared")
+                del manifest[key]
+    return manifest
+
+
+def _evals(path: Path, problems: list[str]) -> dict[str, Any]:
+    """``eval.json`` without the arms that are not an :class:`EvalArm` (one problem line each)."""
+    evals = read_json_object(path, problems, "held-out success not drawn") or {}
+    for arm in ARMS:
+        if arm in evals:
+            try:
+                EvalArm.model_validate(evals[arm])
+            except ValidationError as e:
+                problems.append(f"{path}: {arm}: {invalid(e)}; not drawn")
+                del evals[arm]
+    return evals
+
+
 def _load(path: Path, problems: list[str]) -> RunData | None:
     if not path.is_dir():
         problems.append(f"{path}: not a run directory (missing)")
         return None
-    run = RunData(path=path, label=path.name)
+    run = RunData(path=path, label=path.name or path.resolve().name)
     manifest_path = path / "manifest.json"
     if manifest_path.is_file():
-        try:
-            run.manifest = json.loads(manifest_path.read_text())
-            backend = run.manifest.get("backend")
-            run.label = f"{path.name} ({backend})" if backend else path.name
-        except json.JSONDecodeError as e:
-            problems.append(f"{manifest_path}: not valid JSON ({e.msg} at line {e.lineno})")
+        run.manifest = _manifest(manifest_path, problems)
+        backend = run.manifest.get("backend")
+        run.label = f"{run.label} ({backend})" if backend else run.label
     else:
         problems.append(f"{manifest_path}: missing; versions and settings cannot be compared")
     metrics_path = path / "metrics.jsonl"
     if not metrics_path.is_file():
         problems.append(f"{metrics_path}: missing; this run has no steps to draw")
         return run
-    for n, row in read_jsonl(metrics_path, problems):
-        missing = [k for k in REQUIRED if k not in row]
-        if missing:
-            problems.append(f"{metrics_path}:{n}: lacks {', '.join(missing)} (an older or foreign format?); skipped")
-            continue
-        run.rows.append(row)
+    found: list[str] = []
+    for n, row in read_jsonl(metrics_path, found):
+        kept = _metrics_row(row, f"{metrics_path}:{n}", found)
+        if kept is not None:
+            run.rows.append(kept)
+    problems += sorted(found, key=lambda p: _line_of(metrics_path, p))
     if run.rows and all(isinstance(r.get("time/step_s"), int | float) for r in run.rows):
         total, run.wall = 0.0, []
         for r in run.rows:
@@ -68,13 +153,14 @@ def _load(path: Path, problems: list[str]) -> RunData | None:
         problems.append(f"{metrics_path}: some steps lack time/step_s; this run is left out of the wall-time plots")
     eval_path = path / "eval.json"
     if eval_path.is_file():
-        try:
-            evals = json.loads(eval_path.read_text())
-        except json.JSONDecodeError as e:
-            problems.append(f"{eval_path}: not valid JSON ({e.msg} at line {e.lineno}); held-out success not drawn")
-        else:
-            run.evals = evals if isinstance(evals, dict) else {}
+        run.evals = _evals(eval_path, problems)
     return run
+
+
+def _line_of(path: Path, problem: str) -> int:
+    """The line a ``path:N: ...`` problem is about (0 for one about the whole file)."""
+    number = problem[len(str(path)) + 1:].split(":", 1)[0]
+    return int(number) if number.isdigit() else 0
 
 
 def differences(runs: list[RunData]) -> list[str]:
@@ -228,7 +314,7 @@ def write_report(run_dirs: list[Path], out_dir: Path, backends: list[dict[str, s
     """
     problems: list[str] = []
     runs = [r for r in (_load(Path(p), problems) for p in run_dirs) if r is not None]
-    problems += [f"warning: {w}" for w in differences(runs)]
+    problems = limit_problems(problems) + [f"warning: {w}" for w in differences(runs)]
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = "".join("<div class='pair'>" + _figure(step, f"{title} vs step")
                       + (_figure(wall, f"{title} vs wall time") if wall else "") + "</div>"
