@@ -197,3 +197,44 @@ def setup(backend: str, venv: Path, *, cpu: bool, plugins: list[str] | None = No
     say(f"[{backend}] {plan.module} {check.stdout.strip()} at {python.absolute()} (recorded in "
         f"{home() / 'environments.json'})")
     return python
+
+
+
+def _state(path: str | Path) -> str:
+    return "found" if Path(path).is_file() else "does not exist"
+
+
+def where_looked(backend: str, module: str) -> str:
+    """Where :func:`agentbridge.backends.backend_python` looks for ``backend``'s environment, in its order, and
+    what is there, in one line (for the message saying that none was found)."""
+    import importlib.util
+
+    try:
+        here = "installed" if importlib.util.find_spec(module) is not None else "not installed"
+    except (ImportError, ValueError):
+        here = "not installed"
+    variable = f"AGENTBRIDGE_{backend.upper()}_PYTHON"
+    explicit = os.environ.get(variable)
+    record_file = home() / "environments.json"
+    saved = recorded().get(backend, {}).get("python")
+    if saved:
+        found = f"records {saved}, which {_state(saved)}"
+    else:
+        found = f"no entry for {backend}" if record_file.is_file() else "no such file"
+    whose = ("the record $AGENTBRIDGE_HOME names" if os.environ.get("AGENTBRIDGE_HOME")
+             else f"the record of the checkout {project_root()}")
+    local = Path.cwd() / f".venv-{backend}" / "bin" / "python"
+    places = [f"{module} in {sys.executable} ({here})",
+              f"${variable} ({f'{explicit}, which {_state(explicit)}' if explicit else 'not set'})",
+              f"{record_file} ({found}; {whose})",
+              f"{local} ({_state(local)})"]
+    return "looked at " + "; ".join(places)
+
+
+def no_environment(backend: str, module: str) -> str:
+    """One line: no environment for ``backend`` was found, where it was looked for (:func:`where_looked`), and how
+    to get one."""
+    return (f"{module} is not installed here and no environment for {backend} was found "
+            f"({where_looked(backend, module)}); set AGENTBRIDGE_{backend.upper()}_PYTHON to its environment's "
+            f"python, run from the checkout where `agentbridge backends setup {backend}` ran (or set AGENTBRIDGE_HOME "
+            f"to its .agentbridge directory), or run `agentbridge backends setup {backend}`")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata as md
+import inspect
 import os
 from dataclasses import dataclass, field
 from functools import cache
@@ -19,6 +20,7 @@ from typing import Any
 import pluggy
 
 from agentbridge import __version__, hooks
+from agentbridge.rewards import call_shape, callable_name, positional_only_required, reward_problem
 
 ENTRY_POINT_GROUP = "agentbridge"
 PLUGINS_ENV = "AGENTBRIDGE_PLUGINS"
@@ -47,19 +49,33 @@ class PluginInfo:
 
 
 class Registry:
-    """Ids of one kind (tools, rewards, ...) and the plugin that registered each."""
+    """Ids of one kind (tools, rewards, ...) and the plugin that registered each.
+
+    ``rejected`` holds the ids whose object broke its hook's contract (:func:`contract_problem`), each with the
+    line saying why: such an id is not in the registry, and looking it up answers with that line.
+    """
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.entries: dict[str, Entry] = {}
+        self.rejected: dict[str, Entry] = {}  # obj: the line saying what is wrong
 
-    def add(self, id: str, obj: Any, plugin: str) -> None:
+    def _claim(self, id: str, plugin: str) -> None:
         if not isinstance(id, str) or not id:
             raise PluginError(f"plugin {plugin} registered a {_SINGULAR[self.kind]} without a string id")
-        if id in self.entries:
-            first = self.entries[id].plugin
-            raise PluginError(f"{_SINGULAR[self.kind]} id '{id}' is registered by two plugins: {first} and {plugin}")
+        owner = self.entries.get(id) or self.rejected.get(id)
+        if owner is not None:
+            raise PluginError(f"{_SINGULAR[self.kind]} id '{id}' is registered by two plugins: {owner.plugin} and "
+                              f"{plugin}")
+
+    def add(self, id: str, obj: Any, plugin: str) -> None:
+        self._claim(id, plugin)
         self.entries[id] = Entry(id, obj, plugin)
+
+    def reject(self, id: str, line: str, plugin: str) -> None:
+        """Keep ``id`` out of the registry; ``line`` (naming the plugin, the id and what is wrong) answers for it."""
+        self._claim(id, plugin)
+        self.rejected[id] = Entry(id, line, plugin)
 
     def __contains__(self, id: str) -> bool:
         return id in self.entries
@@ -73,6 +89,8 @@ class Registry:
         return self.entries[id].obj
 
     def unknown(self, id: str) -> str:
+        if id in self.rejected:
+            return str(self.rejected[id].obj)
         close = difflib.get_close_matches(id, self.ids(), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(self.ids()) or 'none'}"
         return f"unknown {_SINGULAR[self.kind]} '{id}'{hint}"
@@ -129,6 +147,7 @@ class Plugins:
         self.dists.pop(name, None)
         for registry in self.registries.values():
             registry.entries = {id: e for id, e in registry.entries.items() if e.plugin != name}
+            registry.rejected = {id: e for id, e in registry.rejected.items() if e.plugin != name}
 
     def _add(self, name: str, module: Any, dist: tuple[str, str]) -> None:
         if self.pm.get_plugin(name) is not None:
@@ -137,19 +156,41 @@ class Plugins:
         self.dists[name] = dist
 
     def _collect(self, kind: str, impl: Any) -> None:
+        """Run one plugin's ``register_<kind>`` hook. An object that breaks the hook's contract is left out of the
+        registry with one line in ``errors`` (naming the plugin, the id and what is wrong); the hook goes on."""
         registry = self.registries[kind]
         plugin = impl.plugin_name
+        singular = _SINGULAR[kind]
 
         def register(*args: Any) -> None:
-            if kind in ("backends", "tools"):
-                (obj,) = args
-                if kind == "tools":
-                    from agentbridge.tools import as_tool
+            single = kind in ("backends", "tools")
+            if len(args) != (1 if single else 2):
+                shape = f"register({singular})" if single else f"register(id, {singular})"
+                self.errors.append(f"plugin {plugin}: register_{kind} called {shape} with {len(args)} argument(s)")
+                return
+            if not single:
+                id, obj = args
+            elif kind == "tools":
+                from agentbridge.tools import as_tool
 
-                    obj = as_tool(obj)
-                registry.add(obj.name, obj, plugin)
+                try:
+                    obj = as_tool(args[0])
+                except Exception as e:  # noqa: BLE001 - a signature @tool cannot read: one line, the others go on
+                    name = getattr(args[0], "name", None) or getattr(args[0], "__name__", type(args[0]).__name__)
+                    self.errors.append(f"plugin {plugin}: tool '{name}' was not registered: {type(e).__name__}: "
+                                       f"{_one_line(str(e))}")
+                    return
+                id = obj.name
             else:
-                registry.add(args[0], args[1], plugin)
+                obj = args[0]
+                id = obj.name
+            problem = contract_problem(kind, obj)
+            if problem is None:
+                registry.add(id, obj, plugin)
+                return
+            line = f"plugin {plugin}: {singular} '{id}' was not registered: {problem}"
+            registry.reject(id, line, plugin)
+            self.errors.append(line)
 
         try:
             impl.function(register=register)
@@ -175,6 +216,92 @@ class Plugins:
     @property
     def hook(self) -> Any:
         return self.pm.hook
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _signature(obj: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(obj)
+    except (TypeError, ValueError):  # a builtin or an object without a signature: nothing to check
+        return None
+
+
+def environment_problem(obj: Any) -> str | None:
+    """What keeps ``obj`` from being an environment factory (the driver calls ``obj(**environment.args)``, plus
+    ``tools=`` when the spec lists tools, and uses the result's async ``reset(task)``, ``step(action)`` and
+    ``close()``); None when nothing does. A class is checked for those methods too."""
+    if not callable(obj):
+        return f"expected a class or factory called with the spec's environment.args, got {type(obj).__name__}"
+    sig = _signature(obj)
+    if sig is not None and (fixed := positional_only_required(sig)):
+        return (f"{call_shape(obj, sig)}: positional-only parameter(s) {', '.join(fixed)} cannot be given; the "
+                "driver calls it with keyword arguments (environment.args, tools=...)")
+    if not inspect.isclass(obj):
+        return None
+    arity = {"reset": ("task",), "step": ("action",), "close": ()}
+    for method, takes in arity.items():
+        static = inspect.getattr_static(obj, method, None)
+        fn = getattr(obj, method, None)
+        if not callable(fn):
+            return (f"{callable_name(obj)} has no {method}() method; an environment needs async reset(task), "
+                    "step(action) and close() (agentbridge.env.Environment)")
+        if isinstance(static, staticmethod | classmethod) or not inspect.isfunction(fn):
+            continue
+        if not inspect.iscoroutinefunction(fn):
+            return f"{callable_name(obj)}.{method}() must be async (async def {method}): the driver awaits it"
+        method_sig = _signature(fn)
+        if method_sig is None:
+            continue
+        try:
+            method_sig.bind(None, *takes)
+        except TypeError:
+            wanted = f"{method}(self{''.join(', ' + t for t in takes)})"
+            shape = call_shape(fn, method_sig).replace(callable_name(fn), f"{callable_name(obj)}.{method}", 1)
+            return f"{shape} cannot be called as {wanted}"
+    return None
+
+
+DATASET_KEYWORDS = ("split", "size", "seed")
+
+
+def dataset_problem(obj: Any) -> str | None:
+    """What keeps ``obj`` from being a task generator (called as ``obj(split=..., size=..., seed=..., **args)``,
+    returning tasks); None when nothing does."""
+    if not callable(obj):
+        return f"expected a function (split, size, seed, **args) -> list[Task], got {type(obj).__name__}"
+    sig = _signature(obj)
+    if sig is None:
+        return None
+    params = sig.parameters.values()
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        missing = [k for k in DATASET_KEYWORDS if k not in named]
+        if missing:
+            return (f"{call_shape(obj, sig)} does not take {', '.join(missing)}; datasets are called as "
+                    "fn(split=..., size=..., seed=..., **args)")
+    if fixed := positional_only_required(sig):
+        return (f"{call_shape(obj, sig)}: positional-only parameter(s) {', '.join(fixed)} cannot be given; datasets "
+                "are called with keyword arguments")
+    return None
+
+
+def contract_problem(kind: str, obj: Any) -> str | None:
+    """Why ``obj`` cannot serve as a ``kind`` (``"rewards"``, ``"tools"``, ``"environments"``, ``"datasets"``) the
+    way the driver calls it, in one line; None when it can (or for a kind without a checked contract)."""
+    if kind == "rewards":
+        return reward_problem(obj)
+    if kind == "tools":
+        from agentbridge.tools import tool_problem
+
+        return tool_problem(obj)
+    if kind == "environments":
+        return environment_problem(obj)
+    if kind == "datasets":
+        return dataset_problem(obj)
+    return None
 
 
 @cache

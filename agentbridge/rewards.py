@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,70 @@ def answer_format(trajectory: Trajectory, task: Task) -> float:
     ok = (trajectory.finish_reason == "done" and len(answers) == 1 and answers[0].strip() != ""
           and trajectory.metrics.get("tools/parse_errors", 0.0) == 0.0)
     return float(ok)
+
+
+def callable_name(obj: Any) -> str:
+    """A callable's qualified name (its type's name for an object without one)."""
+    return str(getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__)
+
+
+def call_shape(obj: Any, sig: inspect.Signature) -> str:
+    """``name(a, b, *args, **kwargs)``: how a callable's parameters read, without annotations or defaults."""
+    parts = []
+    for p in sig.parameters.values():
+        prefix = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")  # type: ignore[call-overload]
+        parts.append(f"{prefix}{p.name}" + ("" if p.default is p.empty else "=..."))
+    return f"{callable_name(obj)}({', '.join(parts)})"
+
+
+def positional_only_required(sig: inspect.Signature, skip: int = 0) -> list[str]:
+    """Required positional-only parameters after the first ``skip``: no keyword argument can fill them."""
+    params = list(sig.parameters.values())[skip:]
+    return [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
+
+
+def reward_problem(fn: Any) -> str | None:
+    """Why ``fn`` cannot be called as the driver calls a reward, ``fn(trajectory, task, **args)``, in one line; None
+    when it can (or when its signature cannot be read)."""
+    if not callable(fn):
+        return f"expected a function (trajectory, task, **args) -> float | dict[str, float], got {type(fn).__name__}"
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        return (f"{call_shape(fn, sig)} cannot be called as fn(trajectory, task, **args): a reward receives the "
+                "episode's Trajectory and its Task as its first two arguments")
+    if fixed := positional_only_required(sig, skip=2):
+        return (f"{call_shape(fn, sig)}: positional-only parameter(s) {', '.join(fixed)} cannot be given; a "
+                "reward's reward[].args are passed by keyword")
+    return None
+
+
+def _error_head(id: str) -> str:
+    """The pattern opening a reward's error line (:func:`_component`): ``reward ID: `` or ``reward ID (turn N): ``."""
+    return rf"reward {re.escape(id)}(?: \(turn \d+\))?: "
+
+
+def reward_errors(error: str | None, ids: Iterable[str]) -> dict[str, str]:
+    """The first error of each reward in ``ids`` found in an episode's ``error`` (where the driver joins the lines
+    :meth:`RewardSet.score` reports with ``"; "``), by reward id; ``{}`` when none failed."""
+    if not error:
+        return {}
+    ids = list(ids)
+    if not ids:
+        return {}
+    boundary = re.compile("; (?:" + "|".join(_error_head(i) for i in sorted(ids, key=len, reverse=True)) + ")")
+    out: dict[str, str] = {}
+    for id in ids:
+        found = re.search("(?:^|; )" + _error_head(id), error)
+        if found is None:
+            continue
+        end = boundary.search(error, found.end())
+        out[id] = error[found.end():end.start() if end else len(error)]
+    return out
 
 
 @dataclass

@@ -30,6 +30,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from pluggy import HookimplMarker
@@ -290,6 +291,13 @@ class _Checker:
             return
         for problem in tool_schema_problems(schemas):
             self.add("tool_schemas()", problem)
+        from agentbridge.tools import ToolSpec, tool_problem
+
+        tools = getattr(env, "tools", None)
+        specs = tools.values() if isinstance(tools, Mapping) else tools if isinstance(tools, list | tuple) else ()
+        for spec in specs:
+            if isinstance(spec, ToolSpec) and (why := tool_problem(spec)):
+                self.add("tools", f"tool {spec.name}: {why}")
 
     async def call(self, where: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> tuple[bool, Any]:
         """``(ok, value)``: the awaited ``fn(*args)``, or a problem recorded when it raised or took too long."""
@@ -538,17 +546,67 @@ class ExitAfterReport:
             os._exit(self.exitstatus)
 
 
-def short_training_run(spec: str, run_dir: Any, sets: Sequence[str] = (), *, timeout_s: float = 900) -> list[dict]:
+def short_training_run(spec: str | os.PathLike[str], run_dir: str | os.PathLike[str], sets: Sequence[str] = (), *,
+                       timeout_s: float = 900, workdir: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """``agentbridge train SPEC -o RUN_DIR`` for a few CPU steps (:data:`SHORT_RUN`, then ``sets``), in a process of
-    its own; returns the rows of ``metrics.jsonl``. Fails with the run's last output lines when it fails."""
-    import subprocess
-    import sys
-    from pathlib import Path
+    its own; returns the rows of ``metrics.jsonl``. Fails with the run's last output lines when it fails.
 
-    args = [sys.executable, "-m", "agentbridge.cli", "train", str(spec), "-o", str(run_dir)]
-    for item in [*SHORT_RUN, *sets]:
+    Everything the run writes goes under ``run_dir`` or ``workdir``, the process's working directory (default: a
+    temporary directory, removed afterwards), never the current folder. Paths are still read as from the current
+    folder: ``spec``, ``run_dir``, the spec's ``model.path``, ``model.chat_template`` and ``data.*.path`` (other
+    relative paths in the spec, such as an environment's arguments, are read from ``workdir``); its modules stay
+    importable, and the backend environments recorded for its checkout stay found.
+
+    The spec's warm start is kept: pass ``"algorithm.warm_start=null"`` in ``sets`` to train from the spec's model.
+    """
+    import subprocess
+    import tempfile
+    from contextlib import nullcontext
+
+    items = [*SHORT_RUN, *sets]
+    items += _absolute_path_sets(Path(spec), items)
+    args = [sys.executable, "-m", "agentbridge.cli", "train", str(Path(spec).absolute()), "-o",
+            str(Path(run_dir).absolute())]
+    for item in items:
         args += ["--set", item]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+    env = _short_run_env(Path.cwd())
+    place = nullcontext(str(workdir)) if workdir is not None else tempfile.TemporaryDirectory(prefix="agentbridge-")
+    with place as cwd:
+        Path(cwd).mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env)
     if result.returncode != 0:
         raise AssertionError(f"agentbridge train {spec} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in rows if line.strip()]
+
+
+def _absolute_path_sets(spec: Path, sets: Sequence[str]) -> list[str]:
+    """``--set`` items giving the spec's relative file paths (``model.path``, ``model.chat_template``,
+    ``data.*.path``) that exist from the current folder as absolute ones; none when the spec does not load."""
+    from agentbridge.spec import SpecError, load_spec
+
+    try:
+        loaded = load_spec(spec, list(sets))
+    except (SpecError, OSError, ValueError):
+        return []  # `agentbridge train` reports it
+    candidates = {"model.path": loaded.model.path, "model.chat_template": loaded.model.chat_template}
+    for split in ("train", "eval", "dev"):
+        ds = getattr(loaded.data, split)
+        candidates[f"data.{split}.path"] = ds.path if ds is not None else None
+    return [f"{key}={json.dumps(str(Path(value).absolute()))}" for key, value in candidates.items()
+            if value and not Path(value).is_absolute() and Path(value).exists()]
+
+
+def _short_run_env(here: Path) -> dict[str, str]:
+    """The environment of a run started in another working directory that finds what it would find in ``here``:
+    ``here`` on ``PYTHONPATH``, the backend environments recorded for ``here``'s checkout (``AGENTBRIDGE_HOME``) and
+    its ``.venv-<backend>`` directories (``AGENTBRIDGE_<BACKEND>_PYTHON``)."""
+    from agentbridge.backend_envs import home
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(here), env.get("PYTHONPATH")) if p)
+    env.setdefault("AGENTBRIDGE_HOME", str(home().absolute()))
+    for python in sorted(here.glob(".venv-*/bin/python")):
+        backend = python.parent.parent.name.removeprefix(".venv-")
+        env.setdefault(f"AGENTBRIDGE_{backend.upper()}_PYTHON", str(python.absolute()))
+    return env

@@ -305,6 +305,51 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
     return wrap(fn) if fn is not None else wrap
 
 
+def tool_problem(spec: ToolSpec) -> str | None:
+    """Why a tool's function does not give the model a true JSON schema, in one line; None when it does.
+
+    Every parameter the model fills needs a type hint with a JSON schema (``str``, ``int``, ``float``, ``bool``,
+    ``list[X]``, ``dict``, ``Literal``, ``Optional``; ``Any`` on purpose): ``@tool`` reads a parameter without one
+    as a string. Positional-only parameters cannot be filled: tools are called with keyword arguments.
+    """
+    try:
+        sig = inspect.signature(spec.fn)
+        hints = typing.get_type_hints(spec.fn)
+    except (TypeError, ValueError, NameError) as e:
+        return f"its signature cannot be read ({type(e).__name__}: {e})"
+    untyped: list[str] = []
+    schemaless: list[str] = []
+    positional: list[str] = []
+    kinds: list[str] = []
+    for pname, param in sig.parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.kind is param.POSITIONAL_ONLY:
+            positional.append(pname)
+        elif pname not in hints:
+            untyped.append(pname)
+        elif hints[pname] not in (Any, object) and not _json_schema(hints[pname]):
+            schemaless.append(pname)
+            kinds.append(str(getattr(hints[pname], "__name__", hints[pname])))
+    problems = []
+    if untyped:
+        problems.append(f"{_params(untyped)} no type hint (the JSON schema needs one; without it the model is told "
+                        "the argument is a string)")
+    if schemaless:
+        problems.append(f"{_params(schemaless)} a type without a JSON schema ({', '.join(kinds)}; use str, int, "
+                        "float, bool, list[...], dict, Literal[...] or Optional[...])")
+    if positional:
+        problems.append(f"{_params(positional, 'is', 'are')} positional-only (tools are called with keyword "
+                        "arguments)")
+    return "; ".join(problems) if problems else None
+
+
+def _params(names: list[str], one: str = "has", many: str = "have") -> str:
+    """``parameter 'a' has`` / ``parameters 'a', 'b' have``."""
+    quoted = ", ".join(f"'{n}'" for n in names)
+    return f"parameter {quoted} {one}" if len(names) == 1 else f"parameters {quoted} {many}"
+
+
 def as_tool(obj: ToolSpec | Callable[..., Any]) -> ToolSpec:
     """A ToolSpec for ``obj``: itself when already one, else ``@tool`` applied to the function."""
     return obj if isinstance(obj, ToolSpec) else tool(obj)

@@ -7,13 +7,14 @@ import dataclasses
 import resource
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentbridge.rollout.agent_edge import ErrorRateGuard
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.runs import append_jsonl, episode_metrics
+from agentbridge.training.guards import RewardFailureGuard
 
 EPISODES_WITH_TOKENS_PER_STEP = 2  # full token-level trajectories kept per step in episodes.jsonl
 
@@ -39,11 +40,15 @@ class RunLogger:
 
     With several processes, every rank logs each step and ``gather(obj)`` (a collective returning every rank's
     ``obj``) brings all ranks' episodes to each; only the ``main`` one writes rows and calls ``on_row`` and the hook.
+
+    Each batch of episodes is checked as it comes: past ``max_error_rate`` of failed episodes, or a reward (of
+    ``rewards``, default every component the episodes carry) that raised on all of them, stops the run.
     """
 
     def __init__(self, run_dir: Path, *, prefix: str, on_row: Callable[[dict[str, float]], None] | None = None,
                  plugins: Any = None, max_error_rate: float = 1.0,
-                 gather: Callable[[Any], list[Any]] | None = None, main: bool = True) -> None:
+                 gather: Callable[[Any], list[Any]] | None = None, main: bool = True,
+                 rewards: Sequence[str] | None = None) -> None:
         self.run_dir = run_dir
         self.prefix = prefix
         self.pending: list[Trajectory] = []
@@ -53,13 +58,16 @@ class RunLogger:
         self.plugins = plugins
         self.rows: list[dict[str, float]] = []
         self.errors = ErrorRateGuard(max_error_rate)
+        self.reward_failures = RewardFailureGuard(rewards)
         self.gather = gather
         self.main = main
 
     def add_batch(self, trajs: list[Trajectory], rollout_s: float) -> None:
-        """Keep a batch's episodes for the step's row; raises ``TooManyErrors`` past ``max_error_rate``."""
+        """Keep a batch's episodes for the step's row; raises ``TooManyErrors`` past ``max_error_rate``, and
+        ``RewardAlwaysFails`` when a reward raised on every scored episode of the batch."""
         for t in trajs:
             self.errors.record(t)
+        self.reward_failures.check(trajs)
         self.pending += trajs
         self.rollout_s += rollout_s
 

@@ -121,6 +121,37 @@ def batch_shape(spec: Spec, micro_batch_size: int | None) -> dict[str, int]:
     return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": steps, "steps_per_generation": steps}
 
 
+def _whole(value: Any, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def rl_step_plan(kwargs: dict[str, Any], processes: int, train_tasks: int) -> tuple[int, int]:
+    """``(prompts per RL step, RL steps)`` that GRPOTrainer makes of a job's ``GRPOConfig`` arguments (``kwargs``,
+    TRL's defaults where unset) on ``processes`` training processes over ``train_tasks`` tasks.
+
+    A step generates one batch of ``generation_batch_size // num_generations`` distinct prompts; TRL's sampler
+    drops a last batch that is not whole. Steps are ``max_steps``, or, when that is not positive, as many whole
+    batches as ``num_train_epochs`` passes over the tasks hold.
+    """
+    generations = max(1, _whole(kwargs.get("num_generations"), 8))
+    per_device = _whole(kwargs.get("per_device_train_batch_size"), 8)
+    accumulation = _whole(kwargs.get("gradient_accumulation_steps"), 1)
+    per_generation = _whole(kwargs.get("steps_per_generation"), accumulation)
+    generation_batch = _whole(kwargs.get("generation_batch_size"), per_device * max(1, processes) * per_generation)
+    prompts = max(1, generation_batch // generations)
+    max_steps = _whole(kwargs.get("max_steps"), -1)
+    if max_steps > 0:
+        return prompts, max_steps
+    try:
+        epochs = float(kwargs.get("num_train_epochs", 3.0))
+    except (TypeError, ValueError):
+        epochs = 3.0
+    return prompts, int(epochs * (train_tasks // prompts))
+
+
 def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
     """``GRPOConfig(**kwargs)`` for this spec; ``backend.overrides`` are applied last, verbatim."""
     algo = spec.algorithm

@@ -34,11 +34,13 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
     from agentbridge.spec import load_spec, spec_hash
     from agentbridge.training.console import RunConsole, quiet_libraries
     from agentbridge.training.experiment import Experiment
+    from agentbridge.training.guards import NoTrainingSteps, check_rl_steps
     from agentbridge.training.logger import RunLogger
     from agentbridge.training.report import write_report
     from agentbridge.training.trackers import PLUGIN_NAME as TRACKERS_PLUGIN
     from agentbridge.training.trackers import Trackers, tracker_environment
     from agentbridge_trl.config import options as trl_options
+    from agentbridge_trl.config import rl_step_plan
     from agentbridge_trl.ranks import Ranks
     from agentbridge_trl.resume import checkpoint_step, record_resume, resume_point
     from agentbridge_trl.trainer import build_trainer
@@ -54,6 +56,9 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
 
     # RL finished before the run stopped: its last checkpoint is the trained model, and there is nothing to train
     rl_done = checkpoint is not None and checkpoint_step(checkpoint) >= spec.algorithm.steps
+    train_tasks = read_tasks_jsonl(job_dir / "data" / "train.jsonl")
+    if not rl_done:  # a run that would make no RL step stops here, before the evaluations and the warm start
+        check_rl_steps(len(train_tasks), *rl_step_plan(grpo_kwargs, ranks.count, len(train_tasks)))
     model_path = str(checkpoint) if checkpoint is not None and rl_done else spec.model.path
     say(f"loading {model_path}")
     agent = Agent.from_spec(spec)
@@ -79,7 +84,6 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
         else:
             record_resume(run_dir, checkpoint)
     ranks.wait()
-    train_tasks = read_tasks_jsonl(job_dir / "data" / "train.jsonl")
     eval_tasks = read_tasks_jsonl(job_dir / "data" / "eval.jsonl")
     eval_size = trl_options(spec)["eval_size"]
     eval_tasks = eval_tasks[:eval_size] if eval_size else eval_tasks
@@ -118,6 +122,9 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
                 resume_from = str(checkpoint) if checkpoint is not None else None
                 experiment.rl(lambda: trainer.train(resume_from_checkpoint=resume_from), earlier_s=earlier_s)
                 last_step = trainer.state.global_step
+                if last_step == 0:  # the check above missed a way to train nothing: no report of what RL did
+                    raise NoTrainingSteps(f"GRPO made 0 steps over {len(train_tasks)} training tasks; nothing was "
+                                          "trained, so the run stops before its report")
             finally:
                 if plugins is not None:
                     plugins.unregister(TRACKERS_PLUGIN)

@@ -118,7 +118,22 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
     else:
         if semantics is not None:
             semantics.update(semantics_of(config))
-    return problems + kit.agent_check(start.spec, start.tokenizer)[1]
+    return problems + rl_steps_problems(job_dir, kwargs, start.spec) + kit.agent_check(start.spec, start.tokenizer)[1]
+
+
+def rl_steps_problems(job_dir: Path, kwargs: dict[str, Any], spec: Spec) -> list[Problem]:
+    """One problem when the job's RL phase would make no step: fewer training tasks than one step's prompts, or
+    steps that resolve to 0 (:func:`agentbridge_trl.config.rl_step_plan`)."""
+    from agentbridge.training.guards import zero_steps_problem
+    from agentbridge_trl.config import rl_step_plan, world_size
+
+    train = job_dir / "data" / "train.jsonl"
+    tasks = sum(1 for line in train.read_text(encoding="utf-8").splitlines() if line.strip()) if train.is_file() else 0
+    prompts, steps = rl_step_plan(kwargs, world_size(spec), tasks)
+    problem = zero_steps_problem(tasks, prompts, steps)
+    if problem is None:
+        return []
+    return [Problem("data/train.jsonl" if tasks < prompts else "grpo_config.json", problem)]
 
 
 if __name__ == "__main__":
