@@ -82,6 +82,7 @@ def schema() -> None:
 @user_errors
 def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None:
     """Check SPEC, resolve every id against the registries, and check the backend's capabilities."""
+    from agentbridge.datasets import dataset_size_problems
     from agentbridge.plugins import get_plugins
     from agentbridge.preflight import backend_problems, model_path_problems, prompt_budget_problems, scale_warnings
     from agentbridge.rollout.agent import check_ids
@@ -100,7 +101,9 @@ def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None
                         f"{', '.join(plugins.backends.ids()) or 'none'})")
     else:
         problems += [f"{spec_path}: {p}" for p in backend_problems(spec, plugins)]
-    if not problems:  # renders a prompt: only for a spec whose ids all resolve
+    if not problems:  # sizes the data splits (builds those that declare no capacity): only with every id known
+        problems += [f"{spec_path}: {p}" for p in dataset_size_problems(spec, plugins)]
+    if not problems:  # renders a prompt with a task: only for a spec whose ids resolve and whose splits fill
         problems += [f"{spec_path}: {p}" for p in prompt_budget_problems(spec, plugins)]
     if problems:  # the errors first, then why a plugin did not load (it may be why an id is unknown)
         _fail("\n".join(problems), warnings=plugins.errors)

@@ -50,7 +50,7 @@ def register_environments(register: Callable[[str, Callable[..., Any]], None]) -
 
     :param register: adds a factory under an id (``"package/name"``); the driver calls it once per episode with
         the spec's ``environment.args`` as keyword arguments, plus ``tools=`` (the spec's tools) when the spec
-        lists any.
+        lists any. Checked when registered: a class needs async ``reset(task)``, ``step(action)`` and ``close()``.
     """
 
 
@@ -58,7 +58,8 @@ def register_environments(register: Callable[[str, Callable[..., Any]], None]) -
 def register_tools(register: Callable[[Any], None]) -> None:
     """Register tools: ``register(tool)`` with a function decorated by ``@agentbridge.tool``; id = tool name.
 
-    :param register: adds one tool; the spec's ``tools:`` list names the ones an agent may call.
+    :param register: adds one tool; the spec's ``tools:`` list names the ones an agent may call. Checked when
+        registered: every parameter needs a type hint with a JSON schema.
     """
 
 
@@ -68,7 +69,9 @@ def register_rewards(register: Callable[[str, Callable[..., Any]], None]) -> Non
 
     :param register: adds ``fn(trajectory, task, **args) -> float | dict[str, float]`` under an id; the driver
         calls it at the end of every episode with the spec's ``reward[].args``. A reward that raises scores 0 for
-        that episode and is recorded in the episode's error, never failing the batch.
+        that episode and is recorded in the episode's error, never failing the batch. Checked when registered: a
+        function that cannot take ``(trajectory, task)`` as its first two arguments is left out, with one line in
+        ``plugins.errors``.
     """
 
 
@@ -78,6 +81,10 @@ def register_datasets(register: Callable[[str, Callable[..., Any]], None]) -> No
 
     :param register: adds ``fn(split, size, seed, **args) -> list[Task]`` under an id; called for each of the
         spec's ``data.train``, ``data.dev`` and ``data.eval`` when tasks are loaded (compile, rollout, train).
+        ``fn`` may declare how many distinct tasks a split can produce: ``fn.capacity(split=..., seed=..., **args)
+        -> int | None`` (:mod:`agentbridge.datasets`); a size above it, or fewer tasks returned than asked, is one
+        line naming the split. Checked when registered: ``fn`` must take ``split``, ``size`` and ``seed`` by
+        keyword.
     """
 
 

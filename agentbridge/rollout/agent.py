@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentbridge.datasets import build_split
 from agentbridge.env import Environment, Task
 from agentbridge.plugins import PluginError, Plugins, get_plugins
 from agentbridge.rewards import RewardSet, WeightedReward
@@ -22,7 +23,10 @@ from agentbridge.spec.schema import DatasetSpec, Spec
 
 
 def check_ids(spec: Spec, plugins: Plugins | None = None) -> list[str]:
-    """Every id in the spec that no plugin registered, one line each (no model or torch needed)."""
+    """Every id in the spec that no plugin registered, and listed tools the environment would not run, one line
+    each (no model or torch needed)."""
+    from agentbridge.spec.load import unused_tools_problem
+
     plugins = plugins or get_plugins()
     problems: list[str] = []
 
@@ -33,6 +37,10 @@ def check_ids(spec: Spec, plugins: Plugins | None = None) -> list[str]:
     need("environments", spec.environment.id, "environment.id")
     for i, name in enumerate(spec.tools):
         need("tools", name, f"tools[{i}]")
+    if spec.environment.id in plugins.environments:
+        unused = unused_tools_problem(spec.environment.id, plugins.environments.get(spec.environment.id), spec.tools)
+        if unused is not None:
+            problems.append(f"tools: {unused}")
     for i, reward in enumerate(spec.reward):
         need("rewards", reward.id, f"reward[{i}].id")
     need("tool_parsers", spec.model.tool_call_format, "model.tool_call_format")
@@ -82,8 +90,7 @@ def load_tasks(spec: Spec, split: str = "train", size: int | None = None,
         tasks = read_tasks_jsonl(ds.path)
     else:
         assert ds.id is not None  # a DatasetSpec has exactly one of path and id
-        build = (plugins or get_plugins()).datasets.get(ds.id)
-        tasks = list(build(split=ds.split, size=size or ds.size or 100, seed=ds.seed, **ds.args))
+        tasks = build_split(ds, split, plugins or get_plugins(), size)
     return tasks[:size] if size else tasks
 
 

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from agentbridge.datasets import capacity_line, declares_capacity, seed_block_capacity
 from agentbridge.env import Task
 
 SPLIT_BASE = {"train": 0, "dev": 1_000_000, "eval": 2_000_000, "test": 2_000_000}
+SPLIT_SEEDS = 1_000_000  # reset seeds each split owns, from its base
 
 
-def gym_episodes(split: str = "train", size: int = 100, seed: int = 0, env_id: str = "FrozenLake-v1") -> list[Task]:
-    """``size`` episodes of ``split``: reset seeds ``base + seed * size + i``, so splits never share one."""
+def gym_capacity(split: str = "train", seed: int = 0, env_id: str = "FrozenLake-v1") -> int:
+    """Episodes ``split`` can have with ``seed`` before its reset seeds would reach the next split's."""
     if split not in SPLIT_BASE:
         raise ValueError(f"split must be train, dev or eval, got {split!r}")
+    return seed_block_capacity(seed, SPLIT_SEEDS)
+
+
+@declares_capacity(gym_capacity)
+def gym_episodes(split: str = "train", size: int = 100, seed: int = 0, env_id: str = "FrozenLake-v1") -> list[Task]:
+    """``size`` episodes of ``split``: reset seeds ``base + seed * size + i``, so splits never share one (a ``size``
+    above :func:`gym_capacity` is a ValueError)."""
+    capacity = gym_capacity(split, seed, env_id)
+    if size > capacity:
+        raise ValueError(capacity_line("gym/episodes", capacity, split, size, f"env_id={env_id}, seed={seed}"))
     first = SPLIT_BASE[split] + seed * size
     return [Task(id=f"{env_id}-{split}-{first + i}", prompt=f"{env_id} episode {first + i}",
                  data={"seed": first + i, "group": env_id}) for i in range(size)]

@@ -14,7 +14,7 @@ from typing import Any
 from agentbridge.env import Task
 
 SPLITS = {"train": range(0, 8), "dev": range(8, 9), "eval": range(9, 10), "test": range(9, 10)}
-MAX_DRAWS_PER_TASK = 200  # generated questions per kept one, at most, before a task counts as exhausted
+MAX_DRAWS_PER_TASK = 200  # generated questions in a row without a new one of the split: the task is exhausted
 
 
 def split_of(question: str) -> str:
@@ -62,7 +62,8 @@ def _tasks_of(names: list[str] | dict[str, dict[str, Any]]) -> dict[str, dict[st
 
 def rg_tasks(split: str = "train", size: int = 100, seed: int = 0,
              tasks: list[str] | dict[str, dict[str, Any]] | None = None) -> list[Task]:
-    """``size`` problems of ``split`` drawn round robin from reasoning-gym's ``tasks``.
+    """``size`` distinct problems of ``split`` drawn round robin from reasoning-gym's ``tasks``; a task that stops
+    giving new ones (``MAX_DRAWS_PER_TASK`` draws in a row) is a ValueError.
 
     ``tasks``: task names (``[basic_arithmetic, leg_counting]``) or names with their reasoning-gym config — the
     difficulty (``{basic_arithmetic: {min_digits: 2, max_digits: 3}}``). Default: ``basic_arithmetic``.
@@ -81,6 +82,8 @@ def rg_tasks(split: str = "train", size: int = 100, seed: int = 0,
         raise ValueError(f"data.args.tasks: unknown reasoning-gym task '{unknown[0]}'{hint}")
     names = list(chosen)
     cursors = dict.fromkeys(names, 0)
+    kept = dict.fromkeys(names, 0)
+    seen: set[str] = set()
     out: list[Task] = []
     while len(out) < size:
         name = names[len(out) % len(names)]
@@ -88,11 +91,14 @@ def rg_tasks(split: str = "train", size: int = 100, seed: int = 0,
             index = cursors[name]
             cursors[name] += 1
             item = entry(name, chosen[name], seed, index)
-            if split_of(item["question"]) == split:
+            if split_of(item["question"]) == split and item["question"] not in seen:
                 break
         else:
-            raise ValueError(f"reasoning-gym task '{name}' yields too few distinct {split} questions at this "
-                             f"config; widen its difficulty range")
+            raise ValueError(f"rg/tasks: reasoning-gym task '{name}' yields too few distinct {split} questions at this "
+                             f"config: none new in {MAX_DRAWS_PER_TASK} draws after {kept[name]}, asked for {size} "
+                             f"tasks; widen its difficulty range or lower the size")
+        seen.add(item["question"])
+        kept[name] += 1
         out.append(Task(id=f"rg-{name}-{seed}-{index}", prompt=item["question"],
                         data={"group": name, "answer": str(item["answer"]),
                               "rg": {"task": name, "config": chosen[name], "seed": seed, "index": index}}))

@@ -30,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from agentbridge.datasets import capacity_line, declares_capacity
 from agentbridge.env import Task
 
 GENERATOR_VERSION = 3
@@ -316,6 +317,30 @@ def split_of(question: str) -> str:
     return "eval" if first < 38 else "dev" if first < 51 else "train"
 
 
+def _pool(split: str, world_seed: int, world: dict[str, Any] | None,
+          kinds: list[str] | None) -> tuple[World, list[Question]]:
+    """The world and the questions of ``split`` (of ``kinds``) in it."""
+    if split not in ("train", "dev", "eval", "test"):
+        raise ValueError(f"split must be train, dev or eval, got {split!r}")
+    built = build_world(world_seed, **(world or {}))
+    wanted = "eval" if split == "test" else split
+    return built, [q for q in built.questions if split_of(q.question) == wanted
+                   and (not kinds or any(q.kind.startswith(k) for k in kinds))]
+
+
+def multihop_capacity(split: str = "train", seed: int = 0, world_seed: int = 0, world: dict[str, Any] | None = None,
+                      kinds: list[str] | None = None) -> int:
+    """The questions of ``split`` (of ``kinds``) in the world of ``world_seed``: builds the world (cached), no task."""
+    return len(_pool(split, world_seed, world, kinds)[1])
+
+
+def _too_many(split: str, size: int, world_seed: int, kinds: list[str] | None, n: int) -> str:
+    shown = f"world_seed={world_seed}" + (f", kinds={','.join(kinds)}" if kinds else "")
+    return (f"{capacity_line('search/multihop', n, split, size, shown)}; the world has only {n} {split} questions "
+            f"of these kinds")
+
+
+@declares_capacity(multihop_capacity)
 def multihop_tasks(split: str = "train", size: int = 100, seed: int = 0, world_seed: int = 0,
                    world: dict[str, Any] | None = None, kinds: list[str] | None = None) -> list[Task]:
     """``size`` questions of ``split`` (train | dev | eval) drawn with ``seed`` from the world of ``world_seed``.
@@ -323,16 +348,11 @@ def multihop_tasks(split: str = "train", size: int = 100, seed: int = 0, world_s
     Same arguments, same tasks. The three splits never share a question (``test`` is another name for eval).
     ``kinds`` restricts question kinds (prefixes such as ``geo_`` or ``fic_company_mayor``); ``world`` holds extra
     ``build_world`` arguments and must match the environment's. Kinds are drawn in equal shares while each lasts.
+    A ``size`` above the split's questions (:func:`multihop_capacity`) is a ValueError.
     """
-    if split not in ("train", "dev", "eval", "test"):
-        raise ValueError(f"split must be train, dev or eval, got {split!r}")
-    built = build_world(world_seed, **(world or {}))
-    wanted = "eval" if split == "test" else split
-    pool = [q for q in built.questions if split_of(q.question) == wanted
-            and (not kinds or any(q.kind.startswith(k) for k in kinds))]
+    built, pool = _pool(split, world_seed, world, kinds)
     if size > len(pool):
-        raise ValueError(f"search/multihop: {split} has only {len(pool)} questions for these kinds; "
-                         f"asked for {size}")
+        raise ValueError(_too_many(split, size, world_seed, kinds, len(pool)))
     by_kind: dict[str, list[Question]] = {}
     for q in pool:
         by_kind.setdefault(q.kind, []).append(q)

@@ -13,20 +13,22 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from agentbridge.datasets import declares_capacity
 from agentbridge.env import Message, StepResult, Task
 from agentbridge.rewards import extract_answer
 from agentbridge.tools import ToolEnvironment, ToolSpec
-from agentbridge_search.data import multihop_tasks
+from agentbridge_search.data import multihop_capacity, multihop_tasks
 from agentbridge_search.env import MAX_QUERY_CHARS, make_backend
 
 PROMPT = ("Write a search query that finds the passage answering the question. Give only the query, as "
           "<answer>QUERY</answer>.\nQuestion: {question}")
 
 
+@declares_capacity(multihop_capacity)
 def query_tasks(split: str = "train", size: int = 100, seed: int = 0, world_seed: int = 0,
                 world: dict[str, Any] | None = None, kinds: list[str] | None = None) -> list[Task]:
     """``size`` query-writing tasks of ``split``: the questions of ``search/multihop`` (same arguments, same
-    questions), each with its gold passage and the expert's query."""
+    questions, the same capacity), each with its gold passage and the expert's query."""
     out = []
     for t in multihop_tasks(split, size, seed, world_seed, world, kinds):
         data = dict(t.data)

@@ -18,11 +18,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from agentbridge.datasets import capacity_line, declares_capacity, seed_block_capacity
 from agentbridge.env import Task
 from agentbridge.models import cache_dir
 
 _GENERATING = threading.Lock()  # TextWorld's generator keeps global state: one game at a time per process
 SPLIT_BASE = {"train": 0, "dev": 1_000_000, "eval": 2_000_000, "test": 2_000_000}
+SPLIT_SEEDS = 1_000_000  # game seeds each split owns, from its base
 DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
     "tw-simple": {"rewards": "dense", "goal": "detailed", "test": False},
     "tw-coin_collector": {"level": 1},
@@ -74,12 +76,25 @@ def _generate(challenge: str, settings: dict[str, Any], seed: int, path: Path) -
     compile_game(make(dict(settings), options), options)
 
 
-def textworld_games(split: str = "train", size: int = 100, seed: int = 0, challenge: str = "tw-simple",
-                    settings: dict[str, Any] | None = None) -> list[Task]:
-    """``size`` games of ``split``: game seeds ``base + seed * size + i``, so splits never share a game. Games are
-    generated when an episode first plays them (about a second each), not here."""
+def textworld_capacity(split: str = "train", seed: int = 0, challenge: str = "tw-simple",
+                       settings: dict[str, Any] | None = None) -> int:
+    """Games ``split`` can have with ``seed`` before its game seeds would reach the next split's (distinct seeds;
+    a small challenge may make the same game from two of them)."""
     if split not in SPLIT_BASE:
         raise ValueError(f"split must be train, dev or eval, got {split!r}")
+    challenge_settings(challenge, settings)
+    return seed_block_capacity(seed, SPLIT_SEEDS)
+
+
+@declares_capacity(textworld_capacity)
+def textworld_games(split: str = "train", size: int = 100, seed: int = 0, challenge: str = "tw-simple",
+                    settings: dict[str, Any] | None = None) -> list[Task]:
+    """``size`` games of ``split``: game seeds ``base + seed * size + i``, so splits never share a game (a ``size``
+    above :func:`textworld_capacity` is a ValueError). Games are generated when an episode first plays them (about a
+    second each), not here."""
+    capacity = textworld_capacity(split, seed, challenge, settings)
+    if size > capacity:
+        raise ValueError(capacity_line("textworld/games", capacity, split, size, f"challenge={challenge}, seed={seed}"))
     full = challenge_settings(challenge, settings)
     first = SPLIT_BASE[split] + seed * size
     return [Task(id=f"{challenge}-{split}-{first + i}", prompt=f"TextWorld {challenge} game {first + i}",
