@@ -634,16 +634,34 @@ def view(run_dir: str, out: str | None, model: str | None) -> None:
               help="Concurrent requests generated together.")
 @click.option("--max-tokens", default=256, show_default=True, type=click.IntRange(1, 1 << 20),
               help="Completion tokens when a request sets none.")
+@click.option("--max-tokens-limit", default=2048, show_default=True, type=click.IntRange(1, 1 << 20),
+              help="The most max_tokens a request may ask for (422 above).")
+@click.option("--max-n", default=8, show_default=True, type=click.IntRange(1, 1024),
+              help="The most choices (n) per request (422 above; never more than --max-batch).")
+@click.option("--max-queue", default=128, show_default=True, type=click.IntRange(1, 1 << 20),
+              help="Sequences that may wait beyond --max-batch; more get 503.")
+@click.option("--max-body-bytes", default=1 << 20, show_default=True, type=click.IntRange(1, 1 << 30),
+              help="Request body size (413 above).")
+@click.option("--request-timeout", default=300.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Seconds from admission to reply (504 after; generation stops).")
+@click.option("--shutdown-grace", default=2.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Seconds running requests may finish after SIGTERM.")
 @user_errors
-def serve(model: str, host: str, port: int, name: str | None, max_batch: int, max_tokens: int) -> None:
+def serve(model: str, host: str, port: int, name: str | None, max_batch: int, max_tokens: int,
+          max_tokens_limit: int, max_n: int, max_queue: int, max_body_bytes: int, request_timeout: float,
+          shutdown_grace: float) -> None:
     """Serve MODEL (a local model directory or a builtin) over the OpenAI chat-completions protocol, as vLLM and
     SGLang do: a judge or evaluation written against it moves to a real server by its URL."""
     from agentbridge.models import resolve_model_path
+    from agentbridge.serve import Limits
     from agentbridge.serve import serve as run_server
 
     resolve_model_path(model)  # a bad path is one line before the server starts
+    limits = Limits(max_batch=max_batch, max_tokens=max_tokens, max_tokens_limit=max_tokens_limit,
+                    max_n=max_n, max_queue=max_queue, max_body_bytes=max_body_bytes,
+                    request_timeout_s=request_timeout, shutdown_grace_s=shutdown_grace)
     click.echo(f"serving {name or model} at http://{host}:{port}/v1", err=True)
-    run_server(model, host=host, port=port, name=name, max_batch=max_batch, max_tokens=max_tokens)
+    run_server(model, host=host, port=port, name=name, limits=limits)
 
 
 if __name__ == "__main__":
