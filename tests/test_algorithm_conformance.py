@@ -14,6 +14,7 @@ from agentbridge.cli import main
 from agentbridge.conformance.algorithms import (
     KL_COEF,
     Cell,
+    Documented,
     compare_cell,
     golden_batch,
     problem_lines,
@@ -43,15 +44,16 @@ def test_reference_math_on_the_golden_batch() -> None:
 
 def test_compare_names_the_quantity_and_separates_documented_differences() -> None:
     batch = golden_batch()
-    want = reference("grpo", batch, 0.0)
+    want, kl = reference("grpo", batch, 0.0), reference("grpo", batch, KL_COEF)
     bad = {**want, "loss": want["loss"] + 0.01}
-    cell = compare_cell("grpo", "b", {"grpo": bad}, batch)
+    cell = compare_cell("grpo", "b", {"grpo": bad, "grpo+kl": kl}, batch)
     assert cell.status == "✘" and problem_lines([cell]) == ["grpo b loss max|Δ|=0.01 (undocumented)"]
-    documented = compare_cell("grpo", "b", {"grpo": bad}, batch, {"loss": "why"})
+    pinned = {"loss": Documented("why", off=0.01, on=None)}
+    documented = compare_cell("grpo", "b", {"grpo": bad, "grpo+kl": kl}, batch, pinned)
     assert documented.status == "≠"
-    stale = compare_cell("grpo", "b", {"grpo": want}, batch, {"loss": "why"})
+    stale = compare_cell("grpo", "b", {"grpo": want, "grpo+kl": kl}, batch, pinned)
     assert stale.status == "✘" and stale.unexpected() == ["loss (documented, yet equal)"]
-    assert compare_cell("grpo", "b", {"grpo": want}, batch).status == "✔"
+    assert compare_cell("grpo", "b", {"grpo": want, "grpo+kl": kl}, batch).status == "✔"
     assert isinstance(cell, Cell)
 
 

@@ -19,10 +19,20 @@ The reference follows the papers (plain torch, float64):
   lambda 0.95 over the action tokens (environment tokens skipped), whitened; clip 0.2; token-level loss.
 
 Each stage is fed the reference's inputs, so a difference names the stage: ``advantages`` (from rewards, values,
-log-probs), ``loss`` (the clipped policy loss from the reference advantages), ``clip_fraction``, ``kl`` (the KL term
-added to the loss) and ``kept`` (the groups dynamic sampling keeps). A backend's probe
-(the module its ``algorithm_probe`` names, ``probe(job_dir, batch)``) runs that backend's own code, in its own
-environment, configured by the job directory ``compile`` wrote.
+log-probs), ``loss`` (the clipped policy loss from the reference advantages), ``clip_fraction`` (the share of action
+tokens whose clipped surrogate is the one taken, as the backend logs it), ``kl`` (the KL term added to the loss) and
+``kept`` (the groups dynamic sampling keeps). A backend's probe (the module its ``algorithm_probe`` names,
+``probe(job_dir, batch)``) runs that backend's own code, in its own environment, configured by the job directory
+``compile`` wrote.
+
+What the probe module declares, and what fails a cell (✘):
+
+- ``DIFFERENCES``: ``algorithm -> quantity -> Documented(why, off, on)``, a difference the backend cannot be
+  configured away, pinned with its max |Δ| on the golden batch with KL off and on (None: no such difference in
+  that variant). A documented difference whose max |Δ| leaves its pin (by more than its tolerance), or appears in
+  a variant it is not pinned for, fails the cell.
+- ``NOT_PRODUCED``: ``quantity -> why``, what the backend's code cannot produce. Any other quantity a probe leaves
+  out (or returns as None), in either variant, fails the cell; so does a declared one it returns.
 """
 
 from __future__ import annotations
@@ -34,17 +44,19 @@ import math
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo")
 QUANTITIES = ("advantages", "loss", "clip_fraction", "kl", "kept")
-LOGGED_ONLY = ("clip_fraction",)  # each backend's logged clip metric: reported, never a ✘ on its own
+METRICS = ("clip_fraction",)  # logged, not trained on: compared and pinned here, not warned at validate
 KL_COEF = 0.05  # the "KL on" variant of every algorithm
 GROUP_SIZE = 4
 IDENTICAL = 1e-5  # float32 backends against the float64 reference
 CLOSE = 1e-3
+PIN_TOLERANCE = 0.01  # a pinned difference holds while its max |Δ| is within 1% (or IDENTICAL) of the pin
 CLIP = {"dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
 GAE_LAMBDA = 0.95
 
@@ -226,25 +238,86 @@ def probe_module(backend: Any, kind: str = "algorithm") -> Any:
     return importlib.import_module(name)
 
 
-def documented(backend: Any, name: str, kl_coef: float | None = None) -> dict[str, str]:
-    """The differences from the reference a backend's adapter documents for algorithm ``name`` (``quantity ->
-    why``; its ``DIFFERENCES`` table): those the backend cannot be configured away. With ``kl_coef`` 0, the ones
-    that only appear with KL on are left out."""
+@dataclass(frozen=True)
+class Documented:
+    """A difference from the reference that a backend cannot be configured away (an entry of its probe module's
+    ``DIFFERENCES``): why, and its max |Δ| on the golden batch with KL off (``off``) and with KL on (``on``), None
+    where that variant has no such difference. The cell fails when a max |Δ| leaves its pin by more than
+    ``tolerance`` (relative; IDENTICAL absolute at least)."""
+
+    why: str
+    off: float | None
+    on: float | None
+    tolerance: float = PIN_TOLERANCE
+
+    @property
+    def kl_only(self) -> bool:
+        """Whether the difference appears with KL on only."""
+        return self.off is None
+
+    def pin(self, kl: bool) -> float | None:
+        return self.on if kl else self.off
+
+    def holds(self, delta: float, kl: bool) -> bool:
+        """Whether ``delta`` (one variant's max |Δ|) is the pinned one; with no pin, whether it is within CLOSE."""
+        pin = self.pin(kl)
+        if pin is None:
+            return delta <= CLOSE
+        return math.isclose(delta, pin, rel_tol=self.tolerance, abs_tol=IDENTICAL)
+
+    @property
+    def unpinned(self) -> bool:
+        """Whether the entry has no pin (an old ``(why, kl_only)`` pair): it never holds."""
+        return any(pin is not None and math.isnan(pin) for pin in (self.off, self.on))
+
+    def describe(self) -> str:
+        if self.unpinned:
+            return "not pinned"
+        pins = [f"{pin:.4g} KL {side}" for side, pin in (("off", self.off), ("on", self.on)) if pin is not None]
+        return f"pinned at {', '.join(pins)} ±{self.tolerance:.0%}"
+
+
+def _entry(value: Any) -> Documented:
+    """A ``DIFFERENCES`` entry as :class:`Documented`; an unpinned ``(why, kl_only)`` pair gets NaN pins (it
+    never holds: the cell fails until the difference is pinned)."""
+    if isinstance(value, Documented):
+        return value
+    why, kl_only = value
+    return Documented(str(why), None if kl_only else math.nan, math.nan)
+
+
+def declared_differences(backend: Any, name: str) -> dict[str, Documented]:
+    """The differences a backend's adapter documents for algorithm ``name`` (``quantity -> Documented``; its probe
+    module's ``DIFFERENCES``)."""
     try:
         table = getattr(probe_module(backend), "DIFFERENCES", {})
     except ImportError:
         return {}
-    out = {}
-    for quantity, (why, kl_only) in table.get(name, {}).items():
-        if not (kl_only and kl_coef is not None and kl_coef <= 0):
-            out[quantity] = why
-    return out
+    return {quantity: _entry(value) for quantity, value in table.get(name, {}).items()}
+
+
+def not_produced(backend: Any) -> dict[str, str]:
+    """The quantities a backend's probe declares it cannot produce (``quantity -> why``; its probe module's
+    ``NOT_PRODUCED``)."""
+    try:
+        return dict(getattr(probe_module(backend), "NOT_PRODUCED", {}))
+    except ImportError:
+        return {}
+
+
+def documented(backend: Any, name: str, kl_coef: float | None = None) -> dict[str, str]:
+    """The differences from the reference a backend's adapter documents for algorithm ``name`` (``quantity ->
+    why``; its ``DIFFERENCES`` table): those the backend cannot be configured away. With ``kl_coef`` 0, the ones
+    that only appear with KL on are left out."""
+    return {quantity: d.why for quantity, d in declared_differences(backend, name).items()
+            if not (d.kl_only and kl_coef is not None and kl_coef <= 0)}
 
 
 def difference_lines(backend: Any, name: str, kl_coef: float | None = None) -> list[str]:
-    """One line per documented difference, for ``validate`` and the job manifest."""
+    """One line per documented difference in what training computes (logged metrics left out), for ``validate``
+    and the job manifest."""
     return [f"algorithm {name} on {backend.name}: {quantity} differs from agentbridge's reference: {why}"
-            for quantity, why in documented(backend, name, kl_coef).items()]
+            for quantity, why in documented(backend, name, kl_coef).items() if quantity not in METRICS]
 
 
 def job_differences(job: Any) -> list[str]:
@@ -265,8 +338,9 @@ def job_differences(job: Any) -> list[str]:
 @dataclass
 class Cell:
     """One algorithm (with KL off and on) on one backend: ✔ identical, ≈ within tolerance, ≠ a documented
-    difference (warned at validate, recorded in the manifest), ✘ an undocumented one (or a documented one that is
-    gone: the documentation is stale), or n/a."""
+    difference at its pinned value (warned at validate, recorded in the manifest), ✘ an undocumented one (a
+    documented one away from its pin or gone: the documentation is stale; a quantity the probe left out without
+    declaring it), or n/a."""
 
     algorithm: str
     backend: str
@@ -274,29 +348,49 @@ class Cell:
     deltas: dict[str, float] = field(default_factory=dict)  # quantity -> max |Δ| over the KL off/on variants
     why: str = ""
     known: dict[str, str] = field(default_factory=dict)  # documented differences: quantity -> why
+    pinned: dict[str, Documented] = field(default_factory=dict)  # documented differences with their pins
+    variants: dict[str, dict[str, float]] = field(default_factory=dict)  # "off"/"on" -> quantity -> max |Δ|
+    missing: dict[str, list[str]] = field(default_factory=dict)  # undeclared, not returned: quantity -> variants
+    declared: dict[str, str] = field(default_factory=dict)  # the backend's NOT_PRODUCED: quantity -> why
 
-    def worst(self, logged: bool = False) -> list[str]:
-        """The quantities beyond tolerance (with ``logged``, the logged-only metrics too)."""
-        return [q for q, d in self.deltas.items() if d > CLOSE and (logged or q not in LOGGED_ONLY)]
+    def worst(self) -> list[str]:
+        """The quantities beyond tolerance."""
+        return [q for q, d in self.deltas.items() if d > CLOSE]
 
     def differing(self) -> list[str]:
         """The quantities beyond tolerance, and documented ones that are not identical (a documented difference
         can be smaller than the tolerance)."""
-        return [q for q, d in self.deltas.items() if q not in LOGGED_ONLY
-                and (d > CLOSE or (q in self.known and d > IDENTICAL))]
+        return [q for q, d in self.deltas.items() if d > CLOSE or (q in self.known and d > IDENTICAL)]
+
+    def moved(self) -> list[tuple[str, str, float]]:
+        """``(quantity, variant, max |Δ|)`` of each documented difference away from its pin (a variant it is not
+        pinned for included), when it is not gone altogether (see :meth:`unexpected`)."""
+        out = []
+        for q, d in self.pinned.items():
+            for variant, deltas in self.variants.items():
+                if q in deltas and not d.holds(deltas[q], variant == "on") and self.deltas.get(q, 0.0) > IDENTICAL:
+                    out.append((q, variant, deltas[q]))
+        return out
 
     def unexpected(self) -> list[str]:
-        """Quantities that differ without being documented, then documented ones that are identical."""
+        """Quantities that differ without being documented, documented ones that are identical, documented ones
+        away from their pins, ones the probe left out undeclared and declared ones it returned."""
         differing = self.differing()
-        return [q for q in differing if q not in self.known] + [f"{q} (documented, yet equal)" for q in self.known
-                                                                if q in self.deltas and q not in differing]
+        out = [q for q in differing if q not in self.known]
+        out += [f"{q} (documented, yet equal)" for q in self.known if q in self.deltas and q not in differing]
+        out += [f"{q} (documented, not pinned)" if self.pinned[q].unpinned else f"{q} (pinned difference moved)"
+                for q in dict.fromkeys(q for q, _, _ in self.moved()) if q not in out]
+        out += [f"{q} (not returned)" for q in self.missing]
+        out += [f"{q} (declared not produced, yet returned)" for q in self.declared if q in self.deltas]
+        return out
 
 
 def max_delta(want: Any, got: Any) -> float:
-    """max |Δ| between two numbers, nested lists of numbers, or group lists (1 when they differ)."""
+    """max |Δ| between two numbers or nested lists of numbers; for group lists, how many groups are in one and
+    not the other."""
     if isinstance(want, list) and want and not isinstance(want[0], list) and isinstance(want[0], int) \
             and not isinstance(want[0], bool):
-        return 0.0 if sorted(want) == sorted(got or []) else 1.0
+        return math.inf if got is None else float(len(set(want) ^ {int(g) for g in got}))
     if isinstance(want, list):
         if not isinstance(got, list) or len(got) < len(want):
             return math.inf
@@ -307,31 +401,60 @@ def max_delta(want: Any, got: Any) -> float:
 
 
 def compare_cell(name: str, backend: str, got: dict[str, dict[str, Any]], batch: GoldenBatch,
-                 known: dict[str, str] | None = None) -> Cell:
-    """Compare a backend's probe output for ``name`` (variants ``name`` and ``name+kl``) with the reference."""
-    cell = Cell(name, backend, known=dict(known or {}))
-    for variant, coef in ((name, 0.0), (f"{name}+kl", KL_COEF)):
-        if variant not in got:
-            continue
+                 known: Mapping[str, Documented | str] | None = None, declared: Mapping[str, str] | None = None,
+                 ) -> Cell:
+    """Compare a backend's probe output for ``name`` (variants ``name`` and ``name+kl``) with the reference;
+    ``known``: the documented differences (a bare reason is an unpinned one, which fails), ``declared``: what the
+    probe cannot produce (any other quantity missing or None in either variant fails)."""
+    pinned = {q: d if isinstance(d, Documented) else _entry((d, False)) for q, d in (known or {}).items()}
+    cell = Cell(name, backend, known={q: d.why for q, d in pinned.items()}, pinned=pinned,
+                declared=dict(declared or {}))
+    for variant, coef, side in ((name, 0.0, "off"), (f"{name}+kl", KL_COEF, "on")):
+        quantities = got.get(variant) or {}
         want = reference(name, batch, coef)
         for q in QUANTITIES:
-            if q in got[variant]:
-                cell.deltas[q] = max(cell.deltas.get(q, 0.0), max_delta(want[q], got[variant][q]))
-    worst = max((d for q, d in cell.deltas.items() if q not in LOGGED_ONLY), default=0.0)
+            if quantities.get(q) is None:
+                if q not in cell.declared:
+                    cell.missing.setdefault(q, []).append(side)
+                continue
+            delta = max_delta(want[q], quantities[q])
+            cell.variants.setdefault(side, {})[q] = delta
+            cell.deltas[q] = max(cell.deltas.get(q, 0.0), delta)
+    worst = max(cell.deltas.values(), default=0.0)
     cell.status = "✘" if cell.unexpected() else "≠" if cell.differing() else "≈" if worst > IDENTICAL else "✔"
     return cell
 
 
 def problem_lines(cells: list[Cell]) -> list[str]:
-    """One line per difference: algorithm, backend, quantity, max |Δ| (and whether it is documented)."""
+    """One line per difference: algorithm, backend, quantity, max |Δ| (and whether it is documented, at its pin);
+    one per quantity left out undeclared or returned though declared not produced; then the declarations
+    (:func:`declaration_lines`)."""
     def tag(c: Cell, q: str) -> str:
-        if q in LOGGED_ONLY:
-            return " (logged metric only)"
-        return f" (documented: {c.known[q]})" if q in c.known else " (undocumented)"
+        if q not in c.known:
+            return " (undocumented)"
+        moved = [(v, d) for m, v, d in c.moved() if m == q]
+        if moved:
+            now = ", ".join(f"{d:.4g} KL {v}" for v, d in moved)
+            return f" (undocumented): now {now}; the documented difference is {c.pinned[q].describe()} " \
+                   f"({c.known[q]})"
+        pin = f"; {c.pinned[q].describe()}" if q in c.pinned else ""
+        return f" (documented: {c.known[q]}{pin})"
 
-    return [f"{c.algorithm} {c.backend} {q} max|Δ|={c.deltas[q]:.3g}{tag(c, q)}"
-            for c in cells for q in dict.fromkeys(c.differing() + c.worst(logged=True))] + \
-        [f"{c.algorithm} {c.backend} {q}" for c in cells for q in c.unexpected() if q.endswith("yet equal)")]
+    lines = [f"{c.algorithm} {c.backend} {q} max|Δ|={c.deltas[q]:.3g}{tag(c, q)}"
+             for c in cells for q in dict.fromkeys(c.differing() + c.worst() + [m for m, _, _ in c.moved()])]
+    lines += [f"{c.algorithm} {c.backend} {q}" for c in cells for q in c.unexpected() if q.endswith("yet equal)")]
+    lines += [f"{c.algorithm} {c.backend} {q} not returned by the probe with KL {' and '.join(vs)} "
+              "(undocumented): return it, or declare it in the probe module's NOT_PRODUCED"
+              for c in cells for q, vs in c.missing.items()]
+    lines += [f"{c.algorithm} {c.backend} {q} returned by the probe (undocumented): its NOT_PRODUCED says it "
+              f"cannot be ({why})" for c in cells for q, why in c.declared.items() if q in c.deltas]
+    return lines + declaration_lines(cells)
+
+
+def declaration_lines(cells: list[Cell]) -> list[str]:
+    """One line per quantity a backend declares its probe cannot produce (once per backend), with the reason."""
+    seen = {(c.backend, q): why for c in cells if c.status != "n/a" for q, why in c.declared.items()}
+    return [f"{backend} {q} not produced by its probe (declared: {why})" for (backend, q), why in seen.items()]
 
 
 # ---------------------------------------------------------------------------------------------- running probes
@@ -406,7 +529,8 @@ def run_algorithms(backend_name: str, algorithms: tuple[str, ...] = ALGORITHMS,
         if name in payload["unsupported"]:
             cells.append(Cell(name, backend_name, "n/a", why=payload["unsupported"][name]))
         else:
-            cells.append(compare_cell(name, backend_name, payload["results"], batch, documented(backend, name)))
+            cells.append(compare_cell(name, backend_name, payload["results"], batch,
+                                      declared_differences(backend, name), not_produced(backend)))
     return cells
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,7 +20,8 @@ class EpisodeRecord:
     ``logprobs`` are the rollout log-probs of every response token (0 where the environment wrote), or None when
     the backend holds none under the job the record was read from (OpenRLHF's default job: it recomputes the old
     log-probs in the actor and keeps no rollout log-probs); the comparison reports a field not held as a note
-    naming backend and field, never as conforming and never as a difference.
+    naming backend and field, never as conforming, and as a difference unless the backend's adapter declares it
+    (``rollout_not_held``, see :func:`compare`).
     ``images`` are digests of every image the model saw, in order (:func:`image_digest`).
     ``token_rewards``: the reward on each response token as the backend's training batch holds it before any KL
     term (where its returns and advantages read it), or None for a backend that keeps one reward per episode and
@@ -127,29 +129,35 @@ def _missing(records: list[EpisodeRecord]) -> tuple[str, ...]:
 
 
 def compare(reference: list[EpisodeRecord], got: list[EpisodeRecord], backend: str,
-            samples: int = 1) -> list[str]:
+            samples: int = 1, not_held: Mapping[str, str] | None = None) -> list[str]:
     """One line per difference between a backend's records and the driver's (``samples`` records per case).
 
-    The records of the default job (``job`` empty) are compared field by field; a field they do not hold is no
-    difference but a note (:func:`notes`). The records of another job (``job`` set, named in their lines) are
-    compared only on the fields the default job's records do not hold, and must hold them.
+    The records of the default job (``job`` empty) are compared field by field; a field they do not hold is a note
+    (:func:`notes`). With ``not_held`` (what the backend's adapter declares its default job does not hold: field ->
+    why) it is also a difference unless declared there, and a declared field that every record holds is a stale
+    declaration. The records of another job (``job`` set, named in their lines) are compared only on the fields
+    the default job's records do not hold, and must hold them.
     """
     jobs = _jobs(got)
     missing = _missing(jobs[""])
     problems = []
+    if not_held is not None and jobs[""]:
+        problems += [f"{backend}: {name} is declared not held by the default job ({why}), yet every record holds it"
+                     for name, why in not_held.items() if name not in missing]
     for job, records in jobs.items():
         fields = FIELDS if not job else missing
         if job and not fields:
             problems.append(f"{backend} ({job}): records of another job, but the default job's records hold "
                             f"every field")
             continue
+        kept = () if job or not_held is None else tuple(name for name in FIELDS if name not in not_held)
         problems += _compare_job(reference, records, f"{backend} ({job})" if job else backend, samples, fields,
-                                 must_hold=bool(job))
+                                 must_hold=bool(job), kept=kept)
     return problems
 
 
 def _compare_job(reference: list[EpisodeRecord], got: list[EpisodeRecord], who: str, samples: int,
-                 fields: tuple[str, ...], must_hold: bool) -> list[str]:
+                 fields: tuple[str, ...], must_hold: bool, kept: tuple[str, ...] = ()) -> list[str]:
     want = {r.case: r for r in reference}
     problems = []
     for case in want:
@@ -167,6 +175,8 @@ def _compare_job(reference: list[EpisodeRecord], got: list[EpisodeRecord], who: 
         if must_hold:
             problems += [f"{who}: case {r.case}[{i}]: {name} is not held under this job either"
                          for name in fields if getattr(r, name) is None]
+        problems += [f"{who}: case {r.case}[{i}]: {name} is not held (None), and {who} does not declare it not held "
+                     "(rollout_not_held)" for name in kept if getattr(r, name) is None]
         for name, diff in compare_record(want[r.case], r, fields):
             problems.append(f"{who}: case {r.case}[{i}]: {name} {diff}")
     return problems

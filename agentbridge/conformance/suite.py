@@ -8,9 +8,10 @@ backend's own training batch. When the backend's package does not import here, t
 backend's environment (``python -m agentbridge.conformance records``).
 
 A field the backend does not hold under that job is None in its records (OpenRLHF's default job keeps no rollout
-log-probs); the suite reports it as a note, not as a pass or a difference. A backend may add records read from
-another job of the golden spec (``EpisodeRecord.job`` naming its settings) to check those fields there: each note
-then says under which job the field was checked (:func:`agentbridge.conformance.records.notes`).
+log-probs); the suite reports it as a note, never as a pass, and as a difference unless the backend declares it in
+its ``rollout_not_held`` (field -> why; :func:`not_held`). A backend may add records read from another job of the
+golden spec (``EpisodeRecord.job`` naming its settings) to check those fields there: each note then says under which
+job the field was checked (:func:`agentbridge.conformance.records.notes`).
 """
 
 from __future__ import annotations
@@ -112,6 +113,11 @@ def _backend(name: str) -> Any:
     return registry.get(name)
 
 
+def not_held(backend: Any) -> dict[str, str]:
+    """The record fields a backend declares its default job does not hold (``rollout_not_held``: field -> why)."""
+    return dict(getattr(backend, "rollout_not_held", None) or {})
+
+
 def backend_records(name: str, kind: str, workdir: Path) -> list[EpisodeRecord]:
     """A backend's records of the golden episodes: in this interpreter when its package imports here, else in the
     backend's own environment (see :func:`agentbridge.backends.backend_python`)."""
@@ -161,7 +167,8 @@ def run_suite(name: str, kinds: tuple[str, ...] = KINDS, workdir: Path | None = 
                 result.problems = [str(e)]
                 continue
         turn_credit = backend.capabilities().turn_credit
-        result.problems = compare(reference_records(kind, turn_credit), result.records, name, samples=samples)
+        result.problems = compare(reference_records(kind, turn_credit), result.records, name, samples=samples,
+                                  not_held=not_held(backend))
         result.notes = notes(result.records, name)
         held = [r for r in result.records if not r.job and r.token_rewards is not None]
         if spec.algorithm.credit == "turn" and not turn_credit and held:

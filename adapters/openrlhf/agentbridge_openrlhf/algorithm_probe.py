@@ -15,28 +15,37 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# what OpenRLHF cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> (why, KL-on
-# only); warned at validate, recorded in the job manifest, checked by the algorithm conformance suite
+from agentbridge.conformance.algorithms import Documented
+
+# what OpenRLHF cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at
+# its max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate,
+# recorded in the job manifest, checked by the algorithm conformance suite
 KL_TOKEN_MEAN = ("token-mean over the batch, not the per-sequence mean of the policy loss: the actor's "
                  "training_step aggregates the KL loss with aggregate_loss's default (token_level_loss), whatever "
                  "--actor.loss_agg_mode says, and no flag changes it")
-DIFFERENCES: dict[str, dict[str, tuple[str, bool]]] = {
-    "grpo": {"kl": (KL_TOKEN_MEAN, True)},
-    "gspo": {"kl": (KL_TOKEN_MEAN, True)},
-    "dr_grpo": {"loss": ("token-mean over the batch instead of a sum over a constant (max_response_tokens): "
-                         "--actor.loss_agg_mode offers token-mean and seq-mean-token-mean only", False),
-                "kl": ("aggregated as the loss (token-mean)", True)},
-    "dapo": {"kept": ("no dynamic sampling: OpenRLHF's filter keeps a group by its mean reward "
-                      "(dynamic_filtering_range), not by whether its rewards differ, so the job leaves it off", False)},
-    "rloo": {"loss": ("token-mean instead of per-sequence token sums: --actor.loss_agg_mode has no "
-                      "seq-mean-token-sum", False),
-             "kl": ("aggregated as the loss (token-mean)", True)},
-    "reinforce_pp": {"advantages": ("with KL on: k3 in the loss, not a k1 penalty in the token rewards", True),
-                     "kl": ("k3 in the loss instead of k1 in the reward", True)},
-    "ppo": {"advantages": ("GAE runs over every response position, environment tokens included (the reference "
-                           "skips them); with KL on, k3 is in the loss, not k1 in the token rewards", False),
-            "kl": ("k3 in the loss instead of k1 in the reward", True)},
+DIFFERENCES: dict[str, dict[str, Documented]] = {
+    "grpo": {"kl": Documented(KL_TOKEN_MEAN, off=None, on=2.419e-4)},
+    "gspo": {"kl": Documented(KL_TOKEN_MEAN, off=None, on=2.419e-4)},
+    "dr_grpo": {"loss": Documented("token-mean over the batch instead of a sum over a constant (max_response_tokens): "
+                                   "--actor.loss_agg_mode offers token-mean and seq-mean-token-mean only",
+                                   off=7.985e-3, on=7.985e-3),
+                "kl": Documented("aggregated as the loss (token-mean)", off=None, on=2.065e-3)},
+    "dapo": {"kept": Documented("no dynamic sampling: OpenRLHF's filter keeps a group by its mean reward "
+                                "(dynamic_filtering_range), not by whether its rewards differ, so the job leaves it "
+                                "off", off=2, on=2)},
+    "rloo": {"loss": Documented("token-mean instead of per-sequence token sums: --actor.loss_agg_mode has no "
+                                "seq-mean-token-sum", off=4.619e-2, on=4.619e-2),
+             "kl": Documented("aggregated as the loss (token-mean)", off=None, on=8.960e-3)},
+    "reinforce_pp": {"advantages": Documented("with KL on: k3 in the loss, not a k1 penalty in the token rewards",
+                                              off=None, on=4.196e-2),
+                     "kl": Documented("k3 in the loss instead of k1 in the reward", off=None, on=2.108e-3)},
+    "ppo": {"advantages": Documented("GAE runs over every response position, environment tokens included (the "
+                                     "reference skips them); with KL on, k3 is in the loss, not k1 in the token "
+                                     "rewards", off=7.556e-3, on=3.487e-2),
+            "kl": Documented("k3 in the loss instead of k1 in the reward", off=None, on=2.108e-3)},
 }
+# the quantities OpenRLHF's probe cannot produce: quantity -> why (none: every one is read from OpenRLHF's own code)
+NOT_PRODUCED: dict[str, str] = {}
 
 
 def policy_loss(args: Any) -> Any:

@@ -92,6 +92,10 @@ class OpenRLHFBackend:
     module = "openrlhf"  # the conformance suite runs in the environment where this imports
     algorithm_probe = "agentbridge_openrlhf.algorithm_probe"  # the training-math conformance
     step_probe = "agentbridge_openrlhf.step_probe"
+    # what the rollout conformance records of OpenRLHF's default job do not hold (None), and why; any other None fails
+    rollout_not_held = {"logprobs": "with backend.options.is_correction off the job asks vLLM for no log-probs and "
+                                    "keeps no rollout_log_probs (the actor recomputes them); checked under "
+                                    "backend.options.is_correction=token"}
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

@@ -16,26 +16,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# what RLinf cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> (why, KL-on only);
-# warned at validate, recorded in the job manifest, checked by the algorithm conformance suite
+from agentbridge.conformance.algorithms import Documented
+
+# what RLinf cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
+# max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate, recorded
+# in the job manifest, checked by the algorithm conformance suite
 _KL_ORDER = ("the actor calls kl_penalty(ref_logprobs, logprobs, 'low_var_kl'): the k3 estimator with the policies "
              "swapped (exp(logp - ref) - (logp - ref) - 1), not exp(ref - logp) - (ref - logp) - 1")
 _MICRO = ("token-mean is taken within each micro-batch (algorithm.training_batch_size_per_gpu sequences, "
           "backend.options.micro_batch_size) and gradient accumulation averages the micro-batches: the batch's token "
           "mean only when one micro-batch holds a GPU's whole step (use_valid_token_scale is read by nothing in RLinf "
           "0.3.0)")
-DIFFERENCES: dict[str, dict[str, tuple[str, bool]]] = {
-    "grpo": {"kl": (_KL_ORDER, True)},
+_CLIP_MICRO = ("actor/clip_fraction is the share of clipped tokens within each micro-batch (algorithm."
+               "training_batch_size_per_gpu sequences), averaged over the micro-batches: the batch's token share only "
+               "when one micro-batch holds a GPU's whole step")
+DIFFERENCES: dict[str, dict[str, Documented]] = {
+    "grpo": {"kl": Documented(_KL_ORDER, off=None, on=8.754e-5),
+             "clip_fraction": Documented(_CLIP_MICRO, off=1.210e-2, on=1.210e-2)},
     "dapo": {
-        "loss": (_MICRO, False),
-        "kl": (_KL_ORDER + ", aggregated per micro-batch as the loss is", True),
-        "kept": ("RLinf 0.3.0's runners have no dynamic-sampling filter: groups with equal rewards are trained on",
-                 False)},
+        "loss": Documented(_MICRO, off=2.391e-2, on=2.391e-2),
+        "kl": Documented(_KL_ORDER + ", aggregated per micro-batch as the loss is", off=None, on=1.544e-4),
+        "kept": Documented("RLinf 0.3.0's runners have no dynamic-sampling filter: groups with equal rewards are "
+                           "trained on", off=2, on=2),
+        "clip_fraction": Documented(_CLIP_MICRO, off=1.210e-2, on=1.210e-2)},
     "reinforce_pp": {
-        "loss": (_MICRO, False),
-        "advantages": ("compute_reinpp_advantages subtracts reinpp_kl_beta x k1 at every position, environment "
-                       "tokens inside a response included, before the returns (the reference masks them out)", True)},
+        "loss": Documented(_MICRO, off=2.638e-2, on=2.633e-2),
+        "advantages": Documented("compute_reinpp_advantages subtracts reinpp_kl_beta x k1 at every position, "
+                                 "environment tokens inside a response included, before the returns (the reference "
+                                 "masks them out)", off=None, on=5.530e-2),
+        "clip_fraction": Documented(_CLIP_MICRO, off=2.282e-2, on=2.282e-2)},
 }
+# the quantities RLinf's probe cannot produce: quantity -> why (none: every one is read from RLinf's own code)
+NOT_PRODUCED: dict[str, str] = {}
 
 
 def _algorithm_config(job: Path) -> Any:

@@ -47,6 +47,8 @@ class RlinfBackend:
     name = "rlinf"
     module = "rlinf"  # what must import for this backend to run here
     algorithm_probe = "agentbridge_rlinf.algorithm_probe"  # the training-math conformance
+    # what the rollout conformance records of RLinf's default job do not hold (None), and why; any other None fails
+    rollout_not_held = {"token_rewards": "RLinf's actor batch keeps one reward per sequence, no per-token rewards"}
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

@@ -28,8 +28,9 @@ def test_rlinfs_math_equals_the_reference_or_says_why() -> None:
     cells = {c.algorithm: c for c in run_algorithms("rlinf")}
     assert not [c for c in cells.values() if c.status == "✘"], problem_lines(list(cells.values()))
     assert {a for a, c in cells.items() if c.status == "≠"} == {"grpo", "dapo", "reinforce_pp"}
-    # grpo differs only in the KL term's direction: its advantages and clipped loss are the reference's
-    assert cells["grpo"].differing() == ["kl"]
+    # grpo differs only in the KL term's direction (and its logged clip fraction, per micro-batch): its advantages
+    # and clipped loss are the reference's
+    assert cells["grpo"].differing() == ["clip_fraction", "kl"]
     assert cells["grpo"].deltas["advantages"] <= IDENTICAL and cells["grpo"].deltas["loss"] <= IDENTICAL
     assert cells["dapo"].deltas["advantages"] <= IDENTICAL  # grpo advantages; clip-higher leaves them alone
     assert {a for a, c in cells.items() if c.status == "n/a"} == {"dr_grpo", "gspo", "rloo", "ppo"}

@@ -33,6 +33,8 @@ class SlimeBackend:
 
     name = "slime"
     module = "slime"  # what must import for this backend to run here (a checkout on PYTHONPATH: not on PyPI)
+    # what the rollout conformance records of slime's default job do not hold (None), and why; any other None fails
+    rollout_not_held = {"token_rewards": "slime's training data keeps one reward per sample, no per-token rewards"}
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

@@ -16,11 +16,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-# what TRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> (why, KL-on only)
-DIFFERENCES: dict[str, dict[str, tuple[str, bool]]] = {
-    "dapo": {"kept": ("GRPOTrainer has no dynamic sampling; groups whose rewards are all equal are trained on "
-                      "(with zero advantage)", False)},
+from agentbridge.conformance.algorithms import Documented
+
+# what TRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
+# max |Δ| on the golden batch with KL off and on (None: no difference in that variant)
+DIFFERENCES: dict[str, dict[str, Documented]] = {
+    "dapo": {"kept": Documented("GRPOTrainer has no dynamic sampling; groups whose rewards are all equal are trained "
+                                "on (with zero advantage)", off=2, on=2)},
+    "gspo": {"clip_fraction": Documented("with importance_sampling_level sequence, GRPOTrainer logs "
+                                         "clip_ratio/region_mean over sequences, not over tokens",
+                                         off=0.03968, on=0.03968)},
 }
+# the quantities TRL's probe cannot produce: quantity -> why (none: every one is read from TRL's own code)
+NOT_PRODUCED: dict[str, str] = {}
 _LOADED: dict[str, tuple[Any, Any]] = {}
 
 

@@ -33,6 +33,8 @@ class TrlBackend:
     module = "trl"  # what must import for this backend to run here
     algorithm_probe = "agentbridge_trl.algorithm_probe"  # the training-math conformance
     step_probe = "agentbridge_trl.step_probe"
+    # what the rollout conformance records of TRL's default job do not hold (None), and why; any other None fails
+    rollout_not_held = {"token_rewards": "GRPOTrainer keeps one reward per episode, no per-token rewards"}
 
     def conformance(self, kind: str, workdir: Path) -> list[Any]:
         """The golden episodes of ``kind`` through TRL's rollout path (``agentbridge.conformance``)."""

@@ -15,18 +15,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# what veRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> (why, KL-on only);
-# warned at validate, recorded in the job manifest, checked by the algorithm conformance suite
-DIFFERENCES: dict[str, dict[str, tuple[str, bool]]] = {
+from agentbridge.conformance.algorithms import Documented
+
+# what veRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
+# max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate, recorded in
+# the job manifest, checked by the algorithm conformance suite
+DIFFERENCES: dict[str, dict[str, Documented]] = {
     "reinforce_pp": {
-        "advantages": ("masked_whiten uses the unbiased (n-1) variance; with KL on, veRL's KL is a loss term, "
-                       "not a k1 penalty in the token rewards", False),
-        "kl": ("k3 (low_var_kl) in the loss instead of k1 in the reward", True)},
+        "advantages": Documented("masked_whiten uses the unbiased (n-1) variance; with KL on, veRL's KL is a loss "
+                                 "term, not a k1 penalty in the token rewards", off=1.764e-2, on=4.489e-2),
+        "kl": Documented("k3 (low_var_kl) in the loss instead of k1 in the reward", off=None, on=2.108e-3)},
     "ppo": {
-        "advantages": ("GAE advantages are whitened with the unbiased (n-1) variance; with KL on, veRL's KL is a "
-                       "loss term, not a k1 penalty in the token rewards", False),
-        "kl": ("k3 (low_var_kl) in the loss instead of k1 in the reward", True)},
+        "advantages": Documented("GAE advantages are whitened with the unbiased (n-1) variance; with KL on, veRL's KL "
+                                 "is a loss term, not a k1 penalty in the token rewards", off=1.743e-2, on=4.093e-2),
+        "kl": Documented("k3 (low_var_kl) in the loss instead of k1 in the reward", off=None, on=2.108e-3)},
 }
+# the quantities veRL's probe cannot produce: quantity -> why (none: every one is read from veRL's own code)
+NOT_PRODUCED: dict[str, str] = {}
 
 
 def probe(job: Path, batch: Any) -> dict[str, Any]:
