@@ -84,30 +84,44 @@ def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None
     """Check SPEC, resolve every id against the registries, and check the backend's capabilities."""
     from agentbridge.datasets import dataset_size_problems
     from agentbridge.plugins import get_plugins
-    from agentbridge.preflight import backend_problems, model_path_problems, prompt_budget_problems, scale_warnings
+    from agentbridge.preflight import (
+        backend_problems,
+        model_path_problems,
+        prompt_budget_problems,
+        scale_warnings,
+        split_overlap_problems,
+    )
     from agentbridge.rollout.agent import check_ids
+    from agentbridge.spec import locate
     from agentbridge.training.trackers import missing_trackers
 
     spec = _spec(spec_path, sets)
     plugins = get_plugins()
-    problems = [f"{spec_path}: {p}" for p in check_ids(spec, plugins)]
-    problems += [f"{spec_path}: {p}" for p in model_path_problems(spec)]
-    problems += [f"{spec_path}: {p}" for p in missing_trackers(spec)]
+
+    def located(lines: list[str]) -> list[str]:  # file:line (or the --set) of the field each line names
+        return [locate(spec, line, spec_path) for line in lines]
+
+    problems = located(check_ids(spec, plugins))
+    problems += located(model_path_problems(spec))
+    problems += located(missing_trackers(spec))
     name = backend or spec.backend.name
     if name in plugins.backends:
-        problems += [f"{spec_path}: {p}" for p in plugins.backends.get(name).check(spec)]
+        problems += located(plugins.backends.get(name).check(spec))
     elif backend:
         problems.append(f"--backend: {plugins.backends.unknown(name)} (installed: "
                         f"{', '.join(plugins.backends.ids()) or 'none'})")
     else:
-        problems += [f"{spec_path}: {p}" for p in backend_problems(spec, plugins)]
+        problems += located(backend_problems(spec, plugins))
     if not problems:  # sizes the data splits (builds those that declare no capacity): only with every id known
-        problems += [f"{spec_path}: {p}" for p in dataset_size_problems(spec, plugins)]
+        problems += located(dataset_size_problems(spec, plugins))
+    notes: list[str] = []  # split pairs not compared: their tasks took longer than the budget to build
+    if not problems:  # builds the splits and compares their tasks: only for splits that fill
+        problems += located(split_overlap_problems(spec, plugins, notes=notes))
     if not problems:  # renders a prompt with a task: only for a spec whose ids resolve and whose splits fill
-        problems += [f"{spec_path}: {p}" for p in prompt_budget_problems(spec, plugins)]
+        problems += located(prompt_budget_problems(spec, plugins))
     if problems:  # the errors first, then why a plugin did not load (it may be why an id is unknown)
         _fail("\n".join(problems), warnings=plugins.errors)
-    for err in plugins.errors:
+    for err in [*plugins.errors, *located(notes)]:
         click.echo(f"warning: {err}", err=True)
     for line in scale_warnings(spec):
         click.echo(f"warning: {spec_path}: {line}", err=True)

@@ -1,20 +1,26 @@
 """What ``agentbridge validate`` checks beyond the spec's own fields: values that parse but would poison a run.
 
 Each check returns one line per problem (empty when fine): the backend must be installed, the model path must
-exist (a builtin, a local directory or a hub id), the opening prompt — system prompt, tool schemas and a sample
-task — must fit ``agent.max_prompt_tokens``, and (for ``check``) the backend's own environment must have every
-plugin the spec names.
+exist (a builtin, a local model directory with its config.json, or a hub id), the eval and dev tasks must not be
+training tasks (nor each other's), the opening prompt — system prompt, tool schemas and a sample task — must fit
+``agent.max_prompt_tokens``, and (for ``check``) the backend's own environment must have every plugin the spec
+names. Each line starts with the field it is about (``agentbridge.spec.locate`` adds the file and line).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentbridge.models import BUILTIN_MODELS, is_hub_id
 from agentbridge.plugins import Plugins
 from agentbridge.spec.schema import Spec
+
+if TYPE_CHECKING:
+    from agentbridge.env import Task
 
 
 def backend_problems(spec: Spec, plugins: Plugins) -> list[str]:
@@ -36,11 +42,88 @@ def model_path_problems(spec: Spec) -> list[str]:
         return [f"model.path: unknown builtin model '{path}' (builtins: {', '.join(BUILTIN_MODELS)})"]
     local = Path(path).expanduser()
     if local.exists():
-        return [] if local.is_dir() else [f"model.path: '{path}' is a file; give the model's directory"]
+        if not local.is_dir():
+            return [f"model.path: '{path}' is a file; give the model's directory"]
+        if not (local / "config.json").is_file():
+            return [f"model.path: '{path}' is a directory without config.json, not a model directory (give the "
+                    f"directory that holds the model's config.json and weights)"]
+        return []
     if is_hub_id(path):
         return []  # a hub id: the backend's environment downloads it (or finds it in its cache)
     return [f"model.path: '{path}' does not exist (give a local model directory, a hub id like Qwen/Qwen2.5-0.5B "
             f"or a builtin: {', '.join(BUILTIN_MODELS)})"]
+
+
+def task_identity(task: Task) -> str:
+    """What makes two tasks the same problem, hashed: the prompt and the answer (``data["answer"]``) when the task
+    has one, else the prompt and all of ``data`` (a page or reset seed, a game); images too. Not the task id, which
+    names the split it was drawn for."""
+    what: dict[str, Any] = {"prompt": task.prompt}
+    if "answer" in task.data:
+        what["answer"] = task.data["answer"]
+        if "images" in task.data:
+            what["images"] = task.data["images"]
+    else:
+        what["data"] = task.data
+    digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=repr).encode())
+    for image in task.images:
+        digest.update(image.tobytes() if hasattr(image, "tobytes") else repr(image).encode())
+    return digest.hexdigest()
+
+
+# (split, the split it must not share a task with): what a shared task would spoil
+_HELD_OUT = {("eval", "train"): "held-out scores would be measured on training tasks",
+             ("dev", "train"): "the warm start would decide when to stop on tasks it trains on",
+             ("eval", "dev"): "held-out scores would be measured on the tasks the warm start stops on"}
+
+
+def split_overlap_problems(spec: Spec, plugins: Plugins, budget_s: float | None = 30.0,
+                           notes: list[str] | None = None) -> list[str]:
+    """``data.eval`` and ``data.dev`` must hold no training task, and eval no dev task: their tasks are built as a
+    run builds them (each split at its size) and compared by :func:`task_identity`, whatever the split names say.
+
+    A split that cannot be built is left to the checks that report that (ids, files, dataset sizes). The builds get
+    ``budget_s`` seconds (None: no limit), on a daemon thread that is left to finish (a first build of a large
+    generated world can take minutes); the pairs not compared by then are skipped, each with a line in ``notes``
+    when it is given.
+    """
+    from agentbridge.rollout.agent import load_tasks
+
+    pairs = [(split, other, spoiled) for (split, other), spoiled in _HELD_OUT.items()
+             if getattr(spec.data, split) is not None and getattr(spec.data, other) is not None]
+    needed = [s for s in ("train", "dev", "eval") if any(s in pair[:2] for pair in pairs)]
+    built: dict[str, list[str] | None] = {}
+
+    def build() -> None:
+        for split in needed:
+            try:
+                built[split] = [task_identity(t) for t in load_tasks(spec, split, plugins=plugins)]
+            except Exception:  # noqa: BLE001 - reported by the check of that split, not as an overlap
+                built[split] = None
+
+    if budget_s is None:
+        build()
+    elif needed:
+        worker = threading.Thread(target=build, name="split-overlap", daemon=True)
+        worker.start()
+        worker.join(budget_s)
+    done = dict(built)
+    problems = []
+    for split, other, spoiled in pairs:
+        if split not in done or other not in done:
+            if notes is not None:
+                notes.append(f"data.{split}: not compared with data.{other} for shared tasks: building their tasks "
+                             f"took more than {budget_s:g} s")
+            continue
+        mine, theirs = done[split], done[other]
+        if not mine or not theirs:
+            continue
+        seen = set(theirs)
+        shared = sum(identity in seen for identity in mine)
+        if shared:
+            problems.append(f"data.{split}: {shared} of {len(mine)} {split} tasks are also {other} tasks (the "
+                            f"same prompt and answer, or prompt and task data); {spoiled}")
+    return problems
 
 
 def _template_and_tokenizer(spec: Spec) -> tuple[str, Any, dict[str, str]] | None:

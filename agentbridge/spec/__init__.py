@@ -4,7 +4,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentbridge.plugin_args import args_schema
-from agentbridge.spec.load import SpecError, apply_overrides, dump_spec, load_spec, parse_spec, spec_hash
+from agentbridge.spec.load import (
+    SpecError,
+    apply_overrides,
+    dump_spec,
+    load_spec,
+    locate,
+    parse_spec,
+    runs_listed_tools,
+    spec_hash,
+)
 from agentbridge.spec.schema import (
     ALGORITHMS,
     TRACKERS,
@@ -52,5 +61,6 @@ __all__ = [
     "ALGORITHMS", "AgentSpec", "AlgorithmSpec", "BackendSpec", "DataSpec", "DatasetSpec", "EnvironmentSpec",
     "LoggingSpec", "ModelSpec", "ResourcesSpec", "RewardSpec", "SamplingSpec", "Spec", "SpecError", "TRACKERS",
     "WarmStartSpec",
-    "apply_overrides", "dump_spec", "json_schema", "load_spec", "parse_spec", "spec_hash",
+    "apply_overrides", "dump_spec", "json_schema", "load_spec", "locate", "parse_spec", "runs_listed_tools",
+    "spec_hash",
 ]

@@ -9,10 +9,12 @@ given twice in one mapping is an error.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import re
 import stat
+import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,7 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from agentbridge.plugin_args import args_problems
-from agentbridge.spec.schema import Spec
+from agentbridge.spec.schema import MAX_SEED, Spec
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_VALUES = 10_000
@@ -290,6 +292,15 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> tuple[str, ...]:
     return tuple(resolved)
 
 
+def _nesting(value: Any) -> int:
+    """Levels of mappings and lists in ``value`` (0 for a scalar)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_nesting, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_nesting, value), default=0)
+    return 0
+
+
 def _set_label(item: str) -> str:
     return f"--set {_short(item, 100)}"
 
@@ -302,10 +313,20 @@ def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[tuple[str, ..
         if "=" not in item or not item.split("=", 1)[0].strip():
             raise SpecError([f"{_set_label(item)}: expected dotted.key=value"])
         key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        if len(parts) > MAX_DEPTH:
+            raise SpecError([f"{_set_label(item)}: the key is {len(parts)} levels deep; a spec nests at most "
+                             f"{MAX_DEPTH}"])
+        if not all(part.strip() for part in parts):
+            raise SpecError([f"{_set_label(item)}: the key '{_short(key.strip())}' has an empty part (two dots in "
+                             f"a row, or a dot at an end)"])
         try:
             value = _read_yaml(raw)[0] if raw.strip() else ""
         except yaml.YAMLError as e:
             raise SpecError([f"{_set_label(item)}: value is not valid YAML ({_yaml_problem(e, raw)[1]})"]) from None
+        if len(parts) + _nesting(value) > MAX_DEPTH:
+            raise SpecError([f"{_set_label(item)}: the key ({len(parts)} levels) and its value nest the spec more "
+                             f"than {MAX_DEPTH} levels deep"])
         try:
             path = _set_path(data, key.strip(), value)
         except KeyError as e:
@@ -364,6 +385,89 @@ def _args(data: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...], str, str, dic
             yield ("data", split, "args"), "datasets", ds["id"], ds.get("args") or {}
 
 
+MAX_SECONDS = 7 * 24 * 3600  # a duration argument (``timeout_s``, ``time_limit_s``, ...): at most a week
+_SECONDS_KEY = re.compile(r"(?:_s|_secs?|_seconds)$|timeout|time_limit", re.IGNORECASE)
+_SEED_KEY = re.compile(r"^(?:.*_)?seed$", re.IGNORECASE)
+
+
+def _free_mappings(data: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...], dict[str, Any], bool]]:
+    """(field path, mapping, whether key names say what a number means) of each free-form mapping of a spec: the
+    plugins' ``args``, ``backend.options`` and ``backend.overrides`` (passed on verbatim: only finiteness there)."""
+
+    def get(obj: Any, key: str) -> Any:
+        return obj.get(key) if isinstance(obj, dict) else None
+
+    if isinstance(args := get(get(data, "environment"), "args"), dict):
+        yield ("environment", "args"), args, True
+    for i, reward in enumerate(rewards if isinstance(rewards := data.get("reward"), list) else []):
+        if isinstance(args := get(reward, "args"), dict):
+            yield ("reward", i, "args"), args, True
+    for split in ("train", "eval", "dev"):
+        if isinstance(args := get(get(get(data, "data"), split), "args"), dict):
+            yield ("data", split, "args"), args, True
+    if isinstance(options := get(get(data, "backend"), "options"), dict):
+        yield ("backend", "options"), options, True
+    if isinstance(overrides := get(get(data, "backend"), "overrides"), dict):
+        yield ("backend", "overrides"), overrides, False
+
+
+def _number_problem(key: Any, value: Any, named: bool) -> str | None:
+    """Why a number in a free-form mapping would poison a run, or None: not finite, beyond 64 bits, and (``named``)
+    a negative, zero-timeout or over-a-week duration key, or a seed outside numpy's range."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {'.nan' if math.isnan(value) else ('-' if value < 0 else '') + '.inf'}"
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return f"{_short(value, 30)} does not fit a 64-bit integer"
+    name = str(key)
+    if named and _SECONDS_KEY.search(name):
+        if value < 0:
+            return f"must not be negative (seconds), got {value:g}"
+        if value == 0 and re.search("timeout|time_limit", name, re.IGNORECASE):
+            return "must be more than 0 seconds (0 would time out at once)"
+        if value > MAX_SECONDS:
+            return f"{value:g} seconds is more than a week ({MAX_SECONDS} s)"
+    if named and _SEED_KEY.match(name) and (isinstance(value, int) or value.is_integer()):
+        if not 0 <= value <= MAX_SEED:
+            return f"a seed must be 0 .. {MAX_SEED} (what numpy and the backends accept), got {value:g}"
+    return None
+
+
+def _free_value_problems(value: Any, loc: tuple[Any, ...], named: bool) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """(field path, problem) of each number under a free-form mapping that would poison a run."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(item, dict | list):
+            yield from _free_value_problems(item, (*loc, key), named)
+        elif (problem := _number_problem(key if isinstance(value, dict) else loc[-1], item, named)) is not None:
+            yield (*loc, key), problem
+
+
+def runs_listed_tools(factory: Any) -> bool:
+    """Whether an environment factory runs the tools a spec lists (``tools:``): it must take a ``tools`` argument,
+    and a class must be a ``ToolEnvironment`` (another environment class acts on its own and ignores them); a
+    factory function that takes ``tools`` is believed."""
+    from agentbridge.tools import ToolEnvironment
+
+    if isinstance(factory, type) and not issubclass(factory, ToolEnvironment):
+        return False
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: believe it
+        return True
+    return any(p.name == "tools" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def unused_tools_problem(env_id: str, factory: Any, tools: list[str]) -> str | None:
+    """``tools: ...`` problem when the environment would not run the listed tools; None when it would (or none
+    are listed)."""
+    if not tools or runs_listed_tools(factory):
+        return None
+    return (f"environment '{env_id}' does not run listed tools, so {', '.join(map(_short, tools[:3]))}"
+            f"{' ...' if len(tools) > 3 else ''} would be shown to the model and never run; remove the list")
+
+
 def _where(loc: tuple[Any, ...], source: str, lines: dict[tuple[Any, ...], int],
            overridden: Mapping[tuple[str, ...], str]) -> str:
     """``--set KEY=VALUE`` when a ``--set`` gave the field (or a mapping above it), else ``file:line``."""
@@ -395,12 +499,23 @@ def parse_spec(data: Any, source: str = "<spec>", lines: dict[tuple[Any, ...], i
         registry = registries.get(kind)
         if registry is not None and id not in registry:
             problems.append((0, f"{_where(loc, source, lines, overridden)}: {field_path(loc)}: {registry.unknown(id)}"))
+    envs, env, tools = registries.get("environments"), data.get("environment"), data.get("tools")
+    if (envs is not None and isinstance(env, dict) and isinstance(env_id := env.get("id"), str) and env_id in envs
+            and isinstance(tools, list) and all(isinstance(t, str) for t in tools)):
+        if (problem := unused_tools_problem(env_id, envs.get(env_id), tools)) is not None:
+            problems.append((0, f"{_where(('tools',), source, lines, overridden)}: tools: {problem}"))
+    reported: set[tuple[Any, ...]] = set()
     for loc, kind, id, args in _args(data):
         registry = registries.get(kind)
         if registry is not None and id in registry:
             for key, problem in args_problems(kind, registry.get(id), args):
                 at = loc + key
+                reported.add(at)
                 problems.append((0, f"{_where(at, source, lines, overridden)}: {field_path(at)}: {problem} ({id})"))
+    for loc, mapping, named in _free_mappings(data):
+        for at, problem in _free_value_problems(mapping, loc, named):
+            if at not in reported:
+                problems.append((1, f"{_where(at, source, lines, overridden)}: {field_path(at)}: {problem}"))
     try:
         spec = Spec.model_validate(data)
     except ValidationError as e:
@@ -410,7 +525,37 @@ def parse_spec(data: Any, source: str = "<spec>", lines: dict[tuple[Any, ...], i
                              f"{_where(loc, source, lines, overridden)}: {field_path(loc)}: {_describe(err)}"))
     if problems or spec is None:
         raise SpecError([line for _, line in sorted(problems, key=lambda p: p[0])])
+    _remember(spec, source, lines, overridden)
     return spec
+
+
+# where each parsed spec's fields came from (by id; an entry goes when its spec does), for ``locate``
+_ORIGINS: dict[int, tuple[str, dict[tuple[Any, ...], int], dict[tuple[str, ...], str]]] = {}
+
+
+def _remember(spec: Spec, source: str, lines: dict[tuple[Any, ...], int],
+              overridden: Mapping[tuple[str, ...], str]) -> None:
+    _ORIGINS[id(spec)] = (source, lines, dict(overridden))
+    weakref.finalize(spec, _ORIGINS.pop, id(spec), None)
+
+
+_FIELD = re.compile(r"[A-Za-z_][\w-]*(?:\.[^.\[\]:\s]+|\[\d+\])*")
+
+
+def locate(spec: Spec, problem: str, source: str | None = None) -> str:
+    """``problem`` (``field.path: what is wrong``, as ``agentbridge.preflight`` writes it) prefixed with where the
+    field came from: ``file:line``, or the ``--set`` that gave it, like the problems ``load_spec`` reports; just
+    ``source`` (default: the spec's file) when the spec was not loaded from a file or the field has no line."""
+    origin = _ORIGINS.get(id(spec))
+    if source is None and origin is not None:
+        source = origin[0]
+    field = _FIELD.match(problem)
+    if origin is None or source is None or field is None or problem[field.end():field.end() + 2] != ": " \
+            or field.group().split(".")[0].split("[")[0] not in Spec.model_fields:
+        return f"{source}: {problem}" if source else problem
+    loc = tuple(int(part[1:-1]) if part.startswith("[") else part
+                for part in re.findall(r"\[\d+\]|[^.\[\]]+", field.group()))
+    return f"{_where(loc, source, origin[1], origin[2])}: {problem}"
 
 
 def load_spec(path: str | Path, sets: list[str] | None = None,

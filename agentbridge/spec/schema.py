@@ -1,12 +1,58 @@
-"""The agent spec as pydantic models. Unknown keys are errors everywhere."""
+"""The agent spec as pydantic models. Unknown keys are errors everywhere.
+
+Every number is bounded: a float field is a ``FiniteFloat`` (no ``.inf``/``.nan``) with a range, an integer field an
+``Int`` with a range, a seed a ``Seed`` (0 .. 2**32-1, what numpy and the backends accept); ``true``/``false`` are not
+numbers. The ranges are far beyond any real run and only refuse values that would poison one (a learning rate of
+1e300, ``steps: 1e12``).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo")
+
+MAX_SEED = 2**32 - 1           # numpy's seed range; torch, vLLM and the backends take it too
+MAX_TOKENS = 1 << 20           # a token budget (prompt, response, turn)
+MAX_TURNS = 1000
+MAX_STEPS = 1_000_000          # optimizer steps (RL or SFT), step intervals
+MAX_BATCH = 65_536             # prompts (or SFT rows) per step
+MAX_GROUP = 1024               # samples per prompt
+MAX_TASKS = 10_000_000         # tasks in a data split, warm-start demonstrations
+MAX_EPOCHS = 1000
+MAX_MINUTES = 7 * 24 * 60      # a week
+MAX_LR = 1.0
+MAX_KL = 10.0
+MAX_TEMPERATURE = 10.0
+MAX_TOP_K = 1_000_000          # above every vocabulary
+MAX_WEIGHT = 1000.0            # a reward weight, either sign
+MAX_NODES = 4096
+MAX_GPUS_PER_NODE = 64
+
+
+def _not_bool(value: Any) -> Any:
+    """Refuse ``true``/``false`` where a number belongs (pydantic would read them as 1 and 0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {str(value).lower()}")
+    return value
+
+
+def _integer(value: Any) -> Any:
+    """Not a boolean; a whole float (``1e12``) as the int it is, so that its bounds, not its size, are reported."""
+    value = _not_bool(value)
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+FiniteFloat = Annotated[float, AllowInfNan(False), BeforeValidator(_not_bool)]
+"""A float that is a finite number (not ``.inf``, ``.nan`` or ``1e999``) and not a boolean; bound it per field."""
+Int = Annotated[int, BeforeValidator(_integer)]
+"""An integer that is not a boolean; bound it per field."""
+Fraction = Annotated[FiniteFloat, Field(ge=0, le=1)]
+Seed = Annotated[Int, Field(ge=0, le=MAX_SEED, description=f"0 .. {MAX_SEED}")]
 
 
 class _Strict(BaseModel):
@@ -15,24 +61,38 @@ class _Strict(BaseModel):
 
 class ModelSpec(_Strict):
     path: str = Field("builtin:tiny", description="Local model dir, hub id, or builtin:tiny / builtin:tiny-qwen2.5")
-    chat_template: str | None = Field(None, description="Override: a template file path or a vendored name")
+    chat_template: Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="Override: a template file path or a vendored name")
     tool_call_format: str = Field("hermes", description="Id of the tool-call parser")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, path: str) -> str:
+        if not path.strip():
+            raise ValueError("must not be empty (give a local model directory, a hub id like Qwen/Qwen2.5-0.5B or "
+                             "builtin:tiny)")
+        if "\0" in path:
+            raise ValueError("holds a NUL character; no path or hub id does")
+        local = Path(os.path.normpath(os.path.expanduser(path)))
+        if local.anchor and local == Path(local.anchor):
+            raise ValueError(f"'{path}' is the filesystem root, not a model directory")
+        return path
 
 
 class SamplingSpec(_Strict):
-    temperature: NonNegativeFloat = 1.0
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
+    temperature: FiniteFloat = Field(1.0, ge=0, le=MAX_TEMPERATURE)
+    top_p: FiniteFloat = Field(1.0, gt=0.0, le=1.0)
+    top_k: Int = Field(0, ge=0, le=MAX_TOP_K, description="0: no top-k cut")
 
 
 class AgentSpec(_Strict):
     system_prompt: str | None = None
-    max_turns: PositiveInt = 6
-    max_prompt_tokens: PositiveInt = 1024
-    max_response_tokens: PositiveInt = Field(2048, description="Budget for everything after the prompt")
-    max_tokens_per_turn: PositiveInt = 256
+    max_turns: Int = Field(6, gt=0, le=MAX_TURNS)
+    max_prompt_tokens: Int = Field(1024, gt=0, le=MAX_TOKENS)
+    max_response_tokens: Int = Field(2048, gt=0, le=MAX_TOKENS, description="Budget for everything after the prompt")
+    max_tokens_per_turn: Int = Field(256, gt=0, le=MAX_TOKENS)
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
-    max_error_rate: float = Field(0.5, ge=0, le=1, description=(
+    max_error_rate: Fraction = Field(0.5, description=(
         "Stop training when more than this share of recent episodes ended in error (a broken environment, tool "
         "server or template), instead of training on reward-0 episodes; 1 never stops"))
 
@@ -51,7 +111,8 @@ class EnvironmentSpec(_Strict):
 
 class RewardSpec(_Strict):
     id: str
-    weight: float = Field(1.0, allow_inf_nan=False, description="A finite number (not .nan or .inf)")
+    weight: FiniteFloat = Field(1.0, ge=-MAX_WEIGHT, le=MAX_WEIGHT,
+                                description=f"A finite number (not .nan or .inf), at most {MAX_WEIGHT:g} either way")
     args: dict[str, Any] = Field(default_factory=dict)
     per: Literal["episode", "turn"] = Field(
         "episode", description="episode: scores the whole episode once; turn: a process reward, scoring each "
@@ -64,8 +125,8 @@ class DatasetSpec(_Strict):
     id: str | None = None
     path: str | None = None
     split: str = "train"
-    size: PositiveInt | None = None
-    seed: int = 0
+    size: Annotated[Int, Field(gt=0, le=MAX_TASKS)] | None = None
+    seed: Seed = 0
     args: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -91,28 +152,30 @@ class WarmStartSpec(_Strict):
     whichever comes first.
     """
 
-    demos: PositiveInt = 2000
-    epochs: PositiveInt = 1
-    lr: float = Field(1e-3, gt=0)
-    batch_size: PositiveInt = 32
-    target: float | None = Field(None, gt=0, le=1, description="Stop at this dev success (needs data.dev)")
-    group_floor: float | None = Field(None, ge=0, le=1, description="With target: every task group's dev success "
-                                      "must reach this too, so RL starts with each skill present")
-    dev_every: PositiveInt = Field(50, description="SFT steps between dev checks")
-    max_steps: PositiveInt | None = Field(None, description="Step cap (default: epochs over the demonstrations)")
-    max_minutes: float | None = Field(None, gt=0)
+    demos: Int = Field(2000, gt=0, le=MAX_TASKS)
+    epochs: Int = Field(1, gt=0, le=MAX_EPOCHS)
+    lr: FiniteFloat = Field(1e-3, gt=0, le=MAX_LR)
+    batch_size: Int = Field(32, gt=0, le=MAX_BATCH)
+    target: Annotated[FiniteFloat, Field(gt=0, le=1)] | None = Field(
+        None, description="Stop at this dev success (needs data.dev)")
+    group_floor: Fraction | None = Field(None, description="With target: every task group's dev success "
+                                         "must reach this too, so RL starts with each skill present")
+    dev_every: Int = Field(50, gt=0, le=MAX_STEPS, description="SFT steps between dev checks")
+    max_steps: Annotated[Int, Field(gt=0, le=MAX_STEPS)] | None = Field(
+        None, description="Step cap (default: epochs over the demonstrations)")
+    max_minutes: Annotated[FiniteFloat, Field(gt=0, le=MAX_MINUTES)] | None = Field(None, description="Time cap")
     control: bool = Field(False, description="Also train an SFT-only control arm for RL's wall time and "
                                              "compare it with RL on the held-out tasks")
 
 
 class AlgorithmSpec(_Strict):
     name: Literal["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo"] = "grpo"
-    group_size: PositiveInt = 8
-    batch_size: PositiveInt = Field(64, description="Prompts per step; each is sampled group_size times")
-    lr: float = Field(1e-6, gt=0)
-    kl_coef: NonNegativeFloat = 0.0
-    steps: PositiveInt = 200
-    warmup_steps: int = Field(0, ge=0)
+    group_size: Int = Field(8, gt=0, le=MAX_GROUP)
+    batch_size: Int = Field(64, gt=0, le=MAX_BATCH, description="Prompts per step; each is sampled group_size times")
+    lr: FiniteFloat = Field(1e-6, gt=0, le=MAX_LR)
+    kl_coef: FiniteFloat = Field(0.0, ge=0, le=MAX_KL)
+    steps: Int = Field(200, gt=0, le=MAX_STEPS)
+    warmup_steps: Int = Field(0, ge=0, le=MAX_STEPS)
     warm_start: WarmStartSpec | None = None
     credit: Literal["episode", "turn"] = Field(
         "episode", description="episode: the episode's reward on its last token; turn: each turn's process reward "
@@ -121,8 +184,8 @@ class AlgorithmSpec(_Strict):
 
 
 class ResourcesSpec(_Strict):
-    nodes: PositiveInt = 1
-    gpus_per_node: int = Field(0, ge=0)
+    nodes: Int = Field(1, gt=0, le=MAX_NODES)
+    gpus_per_node: Int = Field(0, ge=0, le=MAX_GPUS_PER_NODE)
 
 
 class BackendSpec(_Strict):
@@ -158,14 +221,25 @@ class Spec(_Strict):
     model: ModelSpec = Field(default_factory=ModelSpec)
     agent: AgentSpec = Field(default_factory=AgentSpec)
     environment: EnvironmentSpec
-    tools: list[str] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list, description="Tool ids, each once; only for an environment "
+                             "that runs listed tools (a ToolEnvironment)")
     reward: list[RewardSpec] = Field(min_length=1)
     data: DataSpec
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     backend: BackendSpec = Field(default_factory=BackendSpec)
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
-    seed: int = 0
+    seed: Seed = 0
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_once(cls, tools: list[str]) -> list[str]:
+        first: dict[str, int] = {}
+        for i, name in enumerate(tools):
+            if name in first:
+                raise ValueError(f"'{name}' is listed twice (tools[{first[name]}] and tools[{i}])")
+            first[name] = i
+        return tools
 
     @model_validator(mode="after")
     def _consistent(self) -> Spec:
