@@ -495,16 +495,16 @@ def compare(spec_path: str, backend_names: str, out: str | None, conformance: bo
 
 @main.command()
 @click.argument("run_dirs", metavar="RUN", nargs=-1, required=True)
-@click.option("-o", "out", type=click.Path(file_okay=False), default="report", show_default=True,
-              help="Where report.html and the PNGs go.")
+@click.option("-o", "out", type=click.Path(file_okay=False), default=None,
+              help="Where report.html and the PNGs go (default: FIRST_RUN/report).")
 @user_errors
-def report(run_dirs: tuple[str, ...], out: str) -> None:
+def report(run_dirs: tuple[str, ...], out: str | None) -> None:
     """Draw the side-by-side report of run directories: reward, held-out success, KL, entropy, response length,
     tool failures, throughput, step time and memory against step and wall time; finish reasons; and what the runs
     were made with (spec, seed, versions), differences highlighted."""
     from agentbridge.compare.report import write_report
 
-    path, problems = write_report([Path(p) for p in run_dirs], Path(out))
+    path, problems = write_report([Path(p) for p in run_dirs], Path(out) if out else Path(run_dirs[0]) / "report")
     for line in problems:
         click.echo(line if line.startswith("warning: ") else f"problem: {line}", err=True)
     click.echo(f"wrote {path}")

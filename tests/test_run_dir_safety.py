@@ -124,3 +124,15 @@ def test_train_compiles_its_job_inside_the_run_directory(tmp_path: Path, monkeyp
     assert result.exit_code == 0, result.output
     assert launched == [run / RUN_JOB] and manifest_kind(run / RUN_JOB) == "job"
     assert not list((tmp_path / "work").iterdir()), list((tmp_path / "work").iterdir())
+
+
+def test_report_writes_under_the_first_run_not_the_current_folder(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run_dir(tmp_path / "runs" / "a")
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n')
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    result = CliRunner().invoke(main, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    assert (run / "report" / "report.html").is_file()
+    assert not list((tmp_path / "work").iterdir())
