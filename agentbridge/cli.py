@@ -61,7 +61,26 @@ def _spec(path: str, sets: tuple[str, ...]) -> Spec:
     return load_spec(path, list(sets), registries=get_plugins().registries)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """Click's command group, but a usage mistake (an unknown option, a bad value, a missing argument) is one line
+    (``error: ...``, exit 2), like every other mistake, instead of the usage text."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.pop("standalone_mode", True):
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as e:
+            hint = f" (see {e.ctx.command_path} --help)" if isinstance(e, click.UsageError) and e.ctx else ""
+            click.echo(f"error: {e.format_message()}{hint}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agentbridge")
 def main() -> None:
     """One agent spec, any RL backend: train the same agent on veRL, OpenRLHF or TRL."""
