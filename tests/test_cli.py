@@ -124,3 +124,16 @@ def test_every_backends_job_manifest_records_what_makes_runs_comparable(tmp_path
     assert len({m["spec_hash"] for m in manifests.values()}) == 1
     hashes = {m["chat_template_hash"] for m in manifests.values()}
     assert len(hashes) == 1 and None not in hashes
+
+
+def test_a_usage_mistake_is_one_line() -> None:
+    """An out-of-range option, a file where a directory goes, a missing argument, an unknown command: one
+    ``error:`` line each and exit 2, not click's usage text."""
+    import subprocess
+    import sys
+
+    for argv in (["rollout", "examples/calculator.yaml", "-n", "999999999"], ["compile", "examples/calculator.yaml",
+                 "-o", "README.md"], ["validate"], ["nosuch"]):
+        result = subprocess.run([sys.executable, "-m", "agentbridge.cli", *argv], capture_output=True, text=True)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (argv, result.stderr)
