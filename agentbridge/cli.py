@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import wraps
 from pathlib import Path
 from typing import Any, NoReturn
@@ -66,10 +66,11 @@ class OneLineErrors(click.Group):
     (``error: ...``, exit 2), like every other mistake, instead of the usage text."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
+        run: Callable[..., Any] = super().main
         if not kwargs.pop("standalone_mode", True):
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return run(*args, standalone_mode=False, **kwargs)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = run(*args, standalone_mode=False, **kwargs)
         except click.ClickException as e:
             hint = f" (see {e.ctx.command_path} --help)" if isinstance(e, click.UsageError) and e.ctx else ""
             click.echo(f"error: {e.format_message()}{hint}", err=True)
@@ -117,8 +118,8 @@ def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None
     spec = _spec(spec_path, sets)
     plugins = get_plugins()
 
-    def located(lines: list[str]) -> list[str]:  # file:line (or the --set) of the field each line names
-        return [locate(spec, line, spec_path) for line in lines]
+    def located(lines: Sequence[object]) -> list[str]:  # file:line (or the --set) of the field each line names
+        return [locate(spec, str(line), spec_path) for line in lines]
 
     problems = located(check_ids(spec, plugins))
     problems += located(model_path_problems(spec))
