@@ -12,7 +12,19 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AllowInfNan,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from agentbridge.spec.recipe import RECIPE_FIELDS, LossAgg, clip_range, preset_clip
 
 ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo")
 
@@ -27,6 +39,10 @@ MAX_EPOCHS = 1000
 MAX_MINUTES = 7 * 24 * 60      # a week
 MAX_LR = 1.0
 MAX_KL = 10.0
+MAX_CLIP = 10.0                 # a ratio clip bound: the ratio stays within [1 - low, 1 + high]
+MAX_DUAL_CLIP = 1000.0
+MAX_ENTROPY_COEF = 1.0
+MAX_GRAD_NORM = 1e4
 MAX_TEMPERATURE = 10.0
 MAX_TOP_K = 1_000_000          # above every vocabulary
 MAX_WEIGHT = 1000.0            # a reward weight, either sign
@@ -168,6 +184,20 @@ class WarmStartSpec(_Strict):
                                              "compare it with RL on the held-out tasks")
 
 
+class ClipSpec(_Strict):
+    """PPO's clip of the policy ratio to [1 - low, 1 + high]; ``dual``: dual-clip PPO, a negative advantage's loss
+    capped at ``dual`` times the advantage. Each null: the algorithm preset's value."""
+
+    low: Annotated[FiniteFloat, Field(gt=0, lt=1)] | None = Field(
+        None, description="The ratio's lower clip is 1 - low (null: the preset's, 0.2; gspo 3e-4)")
+    high: Annotated[FiniteFloat, Field(gt=0, le=MAX_CLIP)] | None = Field(
+        None, description="The ratio's upper clip is 1 + high, clip-higher when above low (null: the preset's, 0.2; "
+        "dapo 0.28, gspo 4e-4)")
+    dual: Annotated[FiniteFloat, Field(gt=1, le=MAX_DUAL_CLIP)] | None = Field(
+        None, description="Dual-clip constant, above 1 + high (null: the preset's behaviour, which is dual-clip 3.0 "
+        "on veRL and none elsewhere)")
+
+
 class AlgorithmSpec(_Strict):
     name: Literal["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo"] = "grpo"
     group_size: Int = Field(8, gt=0, le=MAX_GROUP)
@@ -181,6 +211,35 @@ class AlgorithmSpec(_Strict):
         "episode", description="episode: the episode's reward on its last token; turn: each turn's process reward "
         "(the environment's step reward and per-turn rewards) on the turn's last token, the rest on the last token, "
         "where the backend trains on per-token rewards (summed into one per episode where it does not, with a note)")
+    clip: ClipSpec | None = Field(None, description="Policy-ratio clipping (null: the preset's)")
+    entropy_coef: Annotated[FiniteFloat, Field(ge=0, le=MAX_ENTROPY_COEF)] | None = Field(
+        None, description="Entropy bonus: the loss minus this times the policy's mean token entropy (null: the "
+        "preset's, 0)")
+    max_grad_norm: Annotated[FiniteFloat, Field(gt=0, le=MAX_GRAD_NORM)] | None = Field(
+        None, description="Clip the actor's gradient to this global norm (null: the preset's, 1.0)")
+    loss_agg: LossAgg | None = Field(
+        None, description="How token losses make the step's loss: token_mean (over every token of the step), "
+        "seq_mean_token_mean (each sequence's token mean, then the mean over sequences), seq_mean_token_sum (each "
+        "sequence's token sum, then the mean), seq_mean_token_sum_norm (Dr. GRPO: the token sum divided by "
+        "agent.max_response_tokens, then the mean); null: the preset's")
+
+    @model_validator(mode="after")
+    def _dual_above_high(self) -> AlgorithmSpec:
+        dual = None if self.clip is None else self.clip.dual
+        high = (clip_range(self) or preset_clip(self.name))[1]
+        if dual is not None and dual <= 1 + high:
+            raise ValueError(f"clip.dual ({dual:g}) must exceed 1 + clip.high ({1 + high:g}): dual-clip caps the loss "
+                             "of a ratio already past the upper clip")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_recipe(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Recipe fields left null are not written, so a spec without them dumps and hashes as it did before."""
+        data: dict[str, Any] = handler(self)
+        for key in RECIPE_FIELDS:
+            if data.get(key, 0) is None:
+                del data[key]
+        return data
 
 
 class ResourcesSpec(_Strict):

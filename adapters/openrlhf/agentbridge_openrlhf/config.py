@@ -9,6 +9,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from agentbridge.spec.recipe import clip_range, dual_clip
 from agentbridge.spec.schema import Spec
 
 OPENRLHF_PIN = "0.11.2"
@@ -31,6 +32,8 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     # with a critic (value model) initialised from the actor; GAE lambda 0.95 as on veRL
     "ppo": {"algo.advantage.estimator": "gae", "algo.advantage.lambd": 0.95},
 }
+# algorithm.loss_agg -> --actor.loss_agg_mode; the others are refused (agentbridge.spec.recipe)
+LOSS_AGG_MODES = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
 GROUP_ESTIMATORS = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
 WHY_NOT: dict[str, str] = {}  # every agentbridge algorithm maps; see NOTES for how
 NOTES = [
@@ -126,6 +129,25 @@ def max_len(spec: Spec) -> int:
     return spec.agent.max_prompt_tokens + spec.agent.max_response_tokens
 
 
+def recipe_flags(spec: Spec) -> dict[str, Any]:
+    """Flags of the spec's explicit recipe fields (none for a field left null: the preset's). An entropy
+    coefficient of 0 sets no flag: OpenRLHF then skips the entropy, as with no coefficient."""
+    algo = spec.algorithm
+    out: dict[str, Any] = {}
+    clip = clip_range(algo)
+    if clip is not None:
+        out["actor.eps_clip_low_high"] = list(clip)
+    if dual_clip(algo) is not None:
+        out["actor.dual_clip"] = dual_clip(algo)
+    if algo.entropy_coef:
+        out["actor.entropy_coef"] = algo.entropy_coef
+    if algo.max_grad_norm is not None:
+        out["actor.max_norm"] = algo.max_grad_norm
+    if algo.loss_agg in LOSS_AGG_MODES:
+        out["actor.loss_agg_mode"] = LOSS_AGG_MODES[algo.loss_agg]
+    return out
+
+
 def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, eval_size: int,
                 multimodal: bool = False, first_images: int = 0) -> dict[str, Any]:
     """The command line as ``{dotted flag: value}`` (True = a bare switch); overrides applied last, verbatim.
@@ -188,6 +210,7 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
     for key, value in ALGORITHMS.get(spec.algorithm.name, {}).items():
         if key != "algo.advantage.estimator":
             v[key] = value
+    v.update(recipe_flags(spec))
     if v.get("algo.dynamic_filtering_enable"):
         v["algo.dynamic_filtering_range"] = list(reward_range(spec))
     if algo.kl_coef > 0:  # GRPO-style KL: in the loss, k3 estimator

@@ -13,6 +13,7 @@ from typing import Any
 from agentbridge.adapter_kit import flatten, set_dotted
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
+from agentbridge.spec.recipe import clip_range, dual_clip
 
 CONFIG_NAME = "rlinf_job"
 ENTRY_FILE = "entry.py"
@@ -33,6 +34,9 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     "reinforce_pp": {"adv_type": "reinpp", "loss_type": "actor", "kl_beta": 0.0, "kl_penalty_type": "kl"},
 }
 GROUPED = ("grpo", "dapo")
+# algorithm.loss_agg -> algorithm.loss_agg_func (rlinf/utils/utils.py); seq_mean_token_sum_norm is refused
+LOSS_AGG_FUNCS = {"token_mean": "token-mean", "seq_mean_token_sum": "seq-mean-token-sum",
+                  "seq_mean_token_mean": "seq-mean-token-mean"}
 # why RLinf 0.3.0 cannot run the others (the capability error says it, naming the backends that can)
 WHY_NOT = {
     "gspo": "RLinf 0.3.0 has no sequence-level importance ratio (no gspo loss)",
@@ -249,8 +253,30 @@ def settings(spec: Spec) -> dict[str, Any]:
         tree[f"algorithm.{key}"] = value
     if algo.name == "reinforce_pp":
         tree["algorithm.reinpp_kl_beta"] = algo.kl_coef
+    tree.update(recipe_settings(spec))
+    if algo.max_grad_norm is not None:
+        tree["actor.optim"] = {**tree["actor.optim"], "clip_grad": algo.max_grad_norm}
     tree["critic.use_critic_model"] = False
     return tree
+
+
+def recipe_settings(spec: Spec) -> dict[str, Any]:
+    """``algorithm.*`` keys of the spec's explicit recipe fields (none for a field left null: the preset's); the
+    gradient clip (``actor.optim.clip_grad``) is set by ``settings``."""
+    algo = spec.algorithm
+    out: dict[str, Any] = {}
+    clip = clip_range(algo)
+    if clip is not None:
+        out["algorithm.clip_ratio_low"], out["algorithm.clip_ratio_high"] = clip
+    if dual_clip(algo) is not None:
+        out["algorithm.clip_ratio_c"] = dual_clip(algo)
+    if algo.entropy_coef is not None:
+        # the actor subtracts the bonus only when both are set (entropy_bonus > 0 and calculate_entropy)
+        out["algorithm.entropy_bonus"] = algo.entropy_coef
+        out["algorithm.calculate_entropy"] = algo.entropy_coef > 0
+    if algo.loss_agg in LOSS_AGG_FUNCS:
+        out["algorithm.loss_agg_func"] = LOSS_AGG_FUNCS[algo.loss_agg]
+    return out
 
 
 def overrides(spec: Spec) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 from agentbridge.adapter_kit import flatten, set_dotted
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
+from agentbridge.spec.recipe import clip_range, dual_clip, preset_clip
 
 CONFIG_NAME = "roll_job"
 ENTRY_FILE = "entry.py"
@@ -47,6 +48,10 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
             "reward_normalization": {"grouping": "batch", "norm_mean_type": None, "norm_std_type": None}},
 }
 GROUPED = ("grpo", "dr_grpo", "dapo")
+# algorithm.loss_agg -> loss_agg_mode (roll/utils/functionals.agg_loss); seq_mean_token_sum_norm is refused: ROLL
+# divides by the padded width, not agent.max_response_tokens (its dr_grpo preset keeps that, with a note)
+LOSS_AGG_MODES = {"token_mean": "token-mean", "seq_mean_token_sum": "seq-mean-token-sum",
+                  "seq_mean_token_mean": "seq-mean-token-mean"}
 TOKEN_KL = ("reinforce_pp", "ppo")  # KL as a token-reward penalty (init_kl_coef), not a loss term
 # why ROLL's agentic pipeline cannot run the others (the capability error says it, naming the backends that can)
 WHY_NOT = {
@@ -221,9 +226,34 @@ def settings(spec: Spec, *, has_eval: bool = False) -> dict[str, Any]:
     }
     for key, value in ALGORITHMS.get(algo.name, {}).items():
         tree[key] = value
+    tree.update(recipe_settings(spec))
     if algo.name == "ppo":
         tree["critic"] = _worker(spec, str(opts["training_strategy"]), dtype=dtype, train=True, micro=micro)
     return tree
+
+
+def recipe_settings(spec: Spec) -> dict[str, Any]:
+    """ROLL keys of the spec's explicit recipe fields (none for a field left null: the preset's).
+
+    ROLL's dual-clip constant is ``1 + 2 * pg_clip``; with ``use_pg_clip_range`` the clip bounds are ``pg_clip_low``
+    and ``pg_clip_high`` and ``pg_clip`` is read for nothing else (``agentic_actor_worker.ActorWorker.loss_func``), so
+    an explicit dual sets the bounds there and ``pg_clip`` to ``(dual - 1) / 2``.
+    """
+    algo = spec.algorithm
+    out: dict[str, Any] = {}
+    clip, dual = clip_range(algo), dual_clip(algo)
+    if clip is not None or dual is not None:
+        low, high = clip or preset_clip(algo.name)
+        out.update({"use_pg_clip_range": True, "pg_clip_low": low, "pg_clip_high": high})
+    if dual is not None:
+        out.update({"dual_clip_loss": True, "pg_clip": (dual - 1) / 2})
+    if algo.entropy_coef is not None:
+        out["entropy_loss_coef"] = algo.entropy_coef
+    if algo.max_grad_norm is not None:
+        out["max_grad_norm"] = algo.max_grad_norm
+    if algo.loss_agg in LOSS_AGG_MODES:
+        out["loss_agg_mode"] = LOSS_AGG_MODES[algo.loss_agg]
+    return out
 
 
 def overrides(spec: Spec) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 from agentbridge.adapter_kit import flatten
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
+from agentbridge.spec.recipe import clip_range, dual_clip
 
 CONFIG_NAME = "slime_job.yaml"
 CUSTOM_CONFIG = "agentbridge.yaml"  # slime's --custom-config-path: keys set on args by slime_validate_args
@@ -43,6 +44,14 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
                      "calculate-per-token-loss": True},
     "ppo": {"advantage-estimator": "ppo", "eps-clip": 0.2, "gamma": 1.0, "lambd": 0.95, "normalize-advantages": True,
             "calculate-per-token-loss": True},
+}
+# algorithm.loss_agg -> slime's pg-loss reduction: per token over the step, its default per-sample mean
+# (sum_of_sample_mean), or the Dr. GRPO reducer (÷ --rollout-max-response-len); seq_mean_token_sum is refused
+LOSS_AGG_FLAGS: dict[str, dict[str, Any]] = {
+    "token_mean": {"calculate-per-token-loss": True, "custom-pg-loss-reducer-function-path": None},
+    "seq_mean_token_mean": {"calculate-per-token-loss": False, "custom-pg-loss-reducer-function-path": None},
+    "seq_mean_token_sum_norm": {"calculate-per-token-loss": False,
+                                "custom-pg-loss-reducer-function-path": DR_GRPO_REDUCER},
 }
 KL_IN_REWARD = ("reinforce_pp", "ppo")  # the others take KL as a k3 (low_var_kl) term in the loss
 GROUPED = ("grpo", "dr_grpo", "dapo", "gspo")
@@ -179,6 +188,7 @@ def settings(spec: Spec) -> dict[str, Any]:
     flags.update(ALGORITHMS.get(algo.name, {}))
     if algo.name == "dapo":
         flags["over-sampling-batch-size"] = algo.batch_size
+    flags.update(recipe_flags(spec))
     if algo.kl_coef > 0:
         flags["ref-load"] = "${REF_LOAD}"
         if algo.name in KL_IN_REWARD:
@@ -186,6 +196,25 @@ def settings(spec: Spec) -> dict[str, Any]:
         else:
             flags.update({"use-kl-loss": True, "kl-loss-coef": algo.kl_coef, "kl-loss-type": "low_var_kl"})
     return flags
+
+
+def recipe_flags(spec: Spec) -> dict[str, Any]:
+    """Flags of the spec's explicit recipe fields (none for a field left null: the preset's); False or None
+    leaves a flag out."""
+    algo = spec.algorithm
+    out: dict[str, Any] = {}
+    clip = clip_range(algo)
+    if clip is not None:
+        out["eps-clip"], out["eps-clip-high"] = clip
+    if dual_clip(algo) is not None:
+        out["eps-clip-c"] = dual_clip(algo)
+    if algo.entropy_coef is not None:
+        out["entropy-coef"] = algo.entropy_coef
+    if algo.max_grad_norm is not None:
+        out["clip-grad"] = algo.max_grad_norm
+    if algo.loss_agg in LOSS_AGG_FLAGS:
+        out.update(LOSS_AGG_FLAGS[algo.loss_agg])
+    return out
 
 
 def overrides(spec: Spec) -> dict[str, Any]:

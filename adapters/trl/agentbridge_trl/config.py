@@ -7,6 +7,7 @@ from collections.abc import Collection
 from typing import Any
 
 from agentbridge.rollout.agent_edge import reward_components as core_reward_components
+from agentbridge.spec.recipe import clip_range, dual_clip
 from agentbridge.spec.schema import Spec
 
 # How each agentbridge algorithm runs on GRPOTrainer with a custom multi-turn rollout.
@@ -35,6 +36,10 @@ OPTIONS: dict[str, Any] = {"use_vllm": False, "vllm_mode": "colocate", "vllm_ser
 # (TRL's GRPO recipes launch with examples/accelerate_configs/deepspeed_zero3.yaml; generation gathers the weights,
 # ds3_gather_for_generation); None: plain DDP, every GPU holds the whole model and its optimizer state.
 ZERO_STAGES = (1, 2, 3)
+# algorithm.loss_agg -> GRPOConfig.loss_type (grpo_trainer.py compute_loss): dapo is the token mean over the whole
+# generation batch, luspo each sequence's token sum, dr_grpo the token sum over max_completion_length per sequence
+LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_sum": "luspo", "seq_mean_token_mean": "grpo",
+              "seq_mean_token_sum_norm": "dr_grpo"}
 
 
 # GRPOConfig arguments that transformers renamed: the name written here -> the one releases before the rename take
@@ -152,6 +157,26 @@ def rl_step_plan(kwargs: dict[str, Any], processes: int, train_tasks: int) -> tu
     return prompts, int(epochs * (train_tasks // prompts))
 
 
+def recipe_kwargs(spec: Spec) -> dict[str, Any]:
+    """GRPOConfig arguments of the spec's explicit recipe fields (none for a field left null: the preset's)."""
+    algo = spec.algorithm
+    kwargs: dict[str, Any] = {}
+    clip = clip_range(algo)
+    if clip is not None:
+        kwargs["epsilon"], kwargs["epsilon_high"] = clip
+    if dual_clip(algo) is not None:
+        # delta caps the unclipped ratio: with a negative advantage that is dual-clip; with a positive one the
+        # clipped term (at most 1 + epsilon_high < delta) already wins
+        kwargs["delta"] = dual_clip(algo)
+    if algo.entropy_coef is not None:
+        kwargs["entropy_coef"] = algo.entropy_coef
+    if algo.max_grad_norm is not None:
+        kwargs["max_grad_norm"] = algo.max_grad_norm
+    if algo.loss_agg is not None:
+        kwargs["loss_type"] = LOSS_TYPES[algo.loss_agg]
+    return kwargs
+
+
 def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
     """``GRPOConfig(**kwargs)`` for this spec; ``backend.overrides`` are applied last, verbatim."""
     algo = spec.algorithm
@@ -184,6 +209,7 @@ def grpo_config_kwargs(spec: Spec, output_dir: str) -> dict[str, Any]:
         "log_completions": bool(opts["log_completions"]),
         "use_vllm": bool(opts["use_vllm"]),
         **ALGORITHMS.get(algo.name, {}),
+        **recipe_kwargs(spec),
     }
     if opts["use_vllm"]:
         kwargs["vllm_mode"] = opts["vllm_mode"]

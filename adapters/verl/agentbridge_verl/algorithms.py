@@ -60,6 +60,11 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     },
 }
 
+# algorithm.loss_agg -> actor.loss_agg_mode (core_algos.agg_loss); seq-mean-token-sum-norm divides by
+# actor.loss_scale_factor, which the mapping sets to agent.max_response_tokens
+LOSS_AGG_MODES = {"token_mean": "token-mean", "seq_mean_token_sum": "seq-mean-token-sum",
+                  "seq_mean_token_mean": "seq-mean-token-mean", "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}
+
 # algorithms whose advantage is computed within a group of samples of one prompt
 GROUPED = {"grpo", "dr_grpo", "dapo", "gspo", "rloo"}
 

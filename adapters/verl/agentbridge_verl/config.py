@@ -10,8 +10,9 @@ from typing import Any
 
 from agentbridge.adapter_kit import flatten, set_dotted
 from agentbridge.reward_model import RewardModelArgs, backend_served
+from agentbridge.spec.recipe import clip_range, dual_clip
 from agentbridge.spec.schema import Spec
-from agentbridge_verl.algorithms import ALGORITHMS, needs_critic
+from agentbridge_verl.algorithms import ALGORITHMS, LOSS_AGG_MODES, needs_critic
 
 BACKEND = "verl"
 AGENT_NAME = "agentbridge"
@@ -125,6 +126,7 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
         "trainer.val_before_train": False,
         **ALGORITHMS.get(algo.name, {}),
     }
+    settings.update(recipe_settings(spec))
     settings.update(reward_model_settings(spec))
     if needs_critic(algo.name):
         settings.update({
@@ -132,6 +134,26 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
             "critic.ppo_micro_batch_size_per_gpu": micro,
         })
     return settings
+
+
+def recipe_settings(spec: Spec) -> dict[str, Any]:
+    """veRL keys of the spec's explicit recipe fields (none for a field left null: the preset's)."""
+    algo, actor = spec.algorithm, "actor_rollout_ref.actor."
+    out: dict[str, Any] = {}
+    clip = clip_range(algo)
+    if clip is not None:
+        out[actor + "clip_ratio_low"], out[actor + "clip_ratio_high"] = clip
+    if dual_clip(algo) is not None:
+        out[actor + "clip_ratio_c"] = dual_clip(algo)
+    if algo.entropy_coef is not None:
+        out[actor + "entropy_coeff"] = algo.entropy_coef
+    if algo.max_grad_norm is not None:
+        out[actor + "optim.clip_grad"] = algo.max_grad_norm  # actor.grad_clip is not read by 0.9.1's engine
+    if algo.loss_agg is not None:
+        out[actor + "loss_agg_mode"] = LOSS_AGG_MODES[algo.loss_agg]
+        if algo.loss_agg == "seq_mean_token_sum_norm":
+            out[actor + "loss_scale_factor"] = spec.agent.max_response_tokens
+    return out
 
 
 def served_reward_model(spec: Spec) -> RewardModelArgs | None:
