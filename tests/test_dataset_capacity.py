@@ -190,5 +190,6 @@ def test_validate_reports_a_size_above_capacity(tmp_path: Path) -> None:
     cmd = [str(AGENTBRIDGE), "validate", str(CALCULATOR), "--set", "data.dev.size=100000"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 1, result.stdout
-    assert (f"{CALCULATOR}: data.dev: math/arithmetic can produce at most 60264 distinct dev tasks (two_step=True), "
-            "asked for 100000") in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"error: {CALCULATOR}:27 (after --set data.dev.size=100000): data.dev: math/arithmetic can "
+                     "produce at most 60264 distinct dev tasks (two_step=True), asked for 100000"], lines
