@@ -20,8 +20,8 @@ from agentbridge.training.trackers import Trackers, missing_trackers, tracker_en
 def test_a_missing_tracker_is_one_line_at_validate() -> None:
     result = CliRunner().invoke(main, ["validate", "examples/calculator.yaml", "--set", "logging.wandb=true"])
     assert result.exit_code == 1
-    assert result.output.strip().splitlines()[-1] == ("error: examples/calculator.yaml: logging.wandb: the wandb "
-                                                      "package is not installed (pip install 'agentbridge[wandb]')")
+    assert result.output.strip().splitlines() == ["error: --set logging.wandb=true: logging.wandb: the wandb "
+                                                  "package is not installed (pip install 'agentbridge[wandb]')"]
     assert missing_trackers(load_spec("examples/calculator.yaml")) == []
 
 
