@@ -170,14 +170,14 @@ def test_browsers_are_cleaned_up_on_ctrl_c_and_sigterm(sig: signal.Signals) -> N
     try:
         proc.send_signal(sig)
         proc.wait(timeout=90)  # generous: a loaded 2-core machine can take long to quit chromium
-        alive = [p for p in leftovers(info["pids"], info["token"], 15) if p != info["watchdog"]]
+        alive = [p for p in leftovers(info["pids"], info["token"], 30) if p != info["watchdog"]]
         assert not alive, f"left behind after {sig.name}: {alive}"
     finally:
         if proc.poll() is None:
             proc.kill()
         with contextlib.suppress(ProcessLookupError):
             os.kill(info["watchdog"], signal.SIGCONT)  # it finds its parent gone, sweeps and exits
-    assert not leftovers([], info["token"], 10)
+    assert not leftovers([], info["token"], 30)
 
 
 def test_sigkilled_parent_leaves_no_browsers_behind() -> None:
@@ -187,7 +187,7 @@ def test_sigkilled_parent_leaves_no_browsers_behind() -> None:
         assert set(tree) <= {p.pid for p in owned_processes(info["token"])}
         proc.send_signal(signal.SIGKILL)  # no handler runs: only the watchdog can clean up
         proc.wait(timeout=10)
-        alive = leftovers(tree, info["token"], 10)
+        alive = leftovers(tree, info["token"], 30)  # a bound for a loaded machine: it returns when all are gone
     finally:
         if proc.poll() is None:
             proc.kill()
