@@ -264,6 +264,48 @@ def _backend(name: str) -> Backend:
         raise ValueError(f"--backend: {e}") from None
 
 
+def _staged_job(spec_path: str, spec: Spec, backend: Backend, target: Path, *, resume: bool) -> Job:
+    """The run's job compiled and validated: into ``target/job`` when resuming, else into a new directory beside
+    ``target`` (removed again when compile or validation fails)."""
+    import shutil
+    import tempfile
+
+    from agentbridge.runs import RUN_JOB
+
+    if resume:
+        where = target / RUN_JOB
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        where = Path(tempfile.mkdtemp(prefix=f".{target.name}-job-", dir=target.parent))
+    try:
+        job = _compile(spec_path, spec, backend, where)
+        report = backend.validate(job)
+        if not report.ok:
+            _fail("\n".join(f"{target / RUN_JOB}: {p}" for p in report.problems))
+    except BaseException:
+        if not resume:
+            shutil.rmtree(where, ignore_errors=True)
+        raise
+    return job
+
+
+def _move_job(job: Job, target: Path) -> None:
+    """Move a staged job to ``target/job`` (replacing a job left there by an earlier attempt)."""
+    import shutil
+
+    from agentbridge.runs import RUN_JOB, manifest_kind
+
+    final = target / RUN_JOB
+    if final.exists():
+        if manifest_kind(final) != "job":
+            shutil.rmtree(job.path, ignore_errors=True)
+            _fail(f"{final}: not a job; nothing was moved or deleted: choose another run directory")
+        shutil.rmtree(final)
+    target.mkdir(parents=True, exist_ok=True)
+    job.path.rename(final)
+    job.path = final
+
+
 def _holds(directory: Path, path: str) -> bool:
     """Whether ``path`` is ``directory`` or lies inside it."""
     inner, outer = Path(path).resolve(), directory.resolve()
@@ -377,7 +419,7 @@ def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind
     warm start it finished are not redone, RL restarts from the last checkpoint (weights, optimizer, scheduler,
     RNG, and the data not yet seen, in the same order), and metrics.jsonl goes on from that step."""
     from agentbridge.command_runners import runner_for
-    from agentbridge.runs import RUN_JOB, keep_earlier_run
+    from agentbridge.runs import keep_earlier_run, run_dir_problem
 
     if resume and overwrite:
         raise click.UsageError("--resume continues the run that --overwrite would delete; use one of them")
@@ -406,14 +448,16 @@ def train(spec_path: str, backend_name: str | None, out: str | None, runner_kind
         click.echo(f"resuming {target} from {resume_point(target, spec)}")
     if _holds(target, spec_path):
         _fail(f"-o {target}: holds the spec being trained ({spec_path}); choose another run directory")
-    # first, so that nothing is compiled for a directory that cannot hold the run; only a run is moved or deleted
-    kept = None if resume else keep_earlier_run(target, overwrite=overwrite)
-    if kept is not None:
-        click.echo(f"the earlier run in {target} is kept as {kept}")
-    job = _compile(spec_path, spec, backend, target / RUN_JOB)  # the run's job lives in the run directory
-    report = backend.validate(job)
-    if not report.ok:
-        _fail("\n".join(f"{job.path}: {p}" for p in report.problems))
+    if not resume and (problem := run_dir_problem(target)):  # before anything is compiled for it
+        _fail(problem)
+    # the job is compiled and validated beside the run directory, and moves into it (RUN_DIR/job) only once it can
+    # run: an earlier run there is kept aside, or deleted with --overwrite, only then
+    job = _staged_job(spec_path, spec, backend, target, resume=resume)
+    if not resume:
+        kept = keep_earlier_run(target, overwrite=overwrite)
+        if kept is not None:
+            click.echo(f"the earlier run in {target} is kept as {kept}")
+        _move_job(job, target)
     # local: the backend picks its interpreter (this one, or its recorded environment); env: its environment
     runner = runner_for("env", backend=name, module=getattr(backend, "module", name)) if runner_kind == "env" else None
     run_dir = backend.launch(job, runner, run_dir=target, **({"extra_args": ["--resume"]} if resume else {}))

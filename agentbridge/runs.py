@@ -233,26 +233,36 @@ def manifest_kind(directory: Path) -> str | None:
     return info.get("kind") if isinstance(info, dict) and info.get("kind") in ("run", "job") else None
 
 
-def keep_earlier_run(run_dir: Path, *, overwrite: bool = False) -> Path | None:
-    """Make ``run_dir`` free for a new run without losing the one it holds: that run moves to
-    ``<run_dir>@<its start time>`` (returned); with ``overwrite`` it is deleted instead. None when it was free
-    (missing, empty, or holding only the run's own job). Only a run is moved or deleted: ValueError with one line
-    when ``run_dir`` holds anything else, or holds the current directory."""
-    import shutil
-
+def run_dir_problem(run_dir: Path) -> str | None:
+    """Why ``run_dir`` cannot take a new run (one line), else None: it is free (missing, empty, or holding only the
+    run's own job) or holds a run that may be kept aside or deleted. Only a run is ever moved or deleted."""
     if not run_dir.exists():
         return None
     if not run_dir.is_dir():
-        raise ValueError(f"{run_dir}: not a directory; the run directory must be a new or empty directory")
+        return f"{run_dir}: not a directory; the run directory must be a new or empty directory"
     if not any(p.name != RUN_JOB for p in run_dir.iterdir()):
         return None
     if manifest_kind(run_dir) != "run":
-        raise ValueError(f"{run_dir}: not a run directory (it holds files but no run's manifest.json); nothing "
-                         "was moved or deleted: choose a new or empty directory")
+        return (f"{run_dir}: not a run directory (it holds files but no run's manifest.json); nothing was moved or "
+                "deleted: choose a new or empty directory")
     here, target = Path.cwd().resolve(), run_dir.resolve()
     if target == here or target in here.parents:
-        raise ValueError(f"{run_dir}: holds the current directory; nothing was moved or deleted: run from "
-                         "elsewhere or choose another run directory")
+        return (f"{run_dir}: holds the current directory; nothing was moved or deleted: run from elsewhere or "
+                "choose another run directory")
+    return None
+
+
+def keep_earlier_run(run_dir: Path, *, overwrite: bool = False) -> Path | None:
+    """Make ``run_dir`` free for a new run without losing the one it holds: that run moves to
+    ``<run_dir>@<its start time>`` (returned); with ``overwrite`` it is deleted instead. None when it was free
+    (missing, empty, or holding only the run's own job). ValueError with :func:`run_dir_problem`'s line when
+    ``run_dir`` holds anything but a run."""
+    import shutil
+
+    if problem := run_dir_problem(run_dir):
+        raise ValueError(problem)
+    if not run_dir.exists() or not any(p.name != RUN_JOB for p in run_dir.iterdir()):
+        return None
     if overwrite:
         shutil.rmtree(run_dir)
         return None

@@ -136,3 +136,14 @@ def test_report_writes_under_the_first_run_not_the_current_folder(tmp_path: Path
     assert result.exit_code == 0, result.output
     assert (run / "report" / "report.html").is_file()
     assert not list((tmp_path / "work").iterdir())
+
+
+def test_overwrite_deletes_the_earlier_run_only_once_the_new_job_validates(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run_dir(tmp_path / "runs" / "calc")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["train", str(SPEC), "-o", str(run), "--overwrite", "--set",
+                                       "data.train.size=4", "--set", "data.eval.size=4", "--set", "data.dev.size=4"])
+    assert result.exit_code == 1 and "0 steps" in result.output, result.output  # TRL's validator refuses the job
+    assert (run / "eval.json").is_file() and manifest_kind(run) == "run"
+    assert sorted(p.name for p in run.parent.iterdir()) == ["calc"]  # the staged job went too
