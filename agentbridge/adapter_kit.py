@@ -38,6 +38,7 @@ from agentbridge.backends import (
 )
 from agentbridge.runs import manifest, package_version
 from agentbridge.spec import Spec, SpecError, load_spec, spec_hash
+from agentbridge.spec.recipe import BACKENDS, loss_agg_why_not
 
 SCRIPT_HEAD = ("#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"')
 
@@ -337,3 +338,19 @@ def launch_job(job: Job, runner: Any, run_dir: Path | None, backend: Any, *, lab
     if result.returncode != 0:
         raise JobError(f"the {label} job failed (exit {result.returncode}); see the output above")
     return run_dir
+
+
+def recipe_problems(spec: Spec, backend: str) -> list[Problem]:
+    """What in the spec's recipe ``backend`` cannot honour, one line each, naming the backends that can."""
+    algo = spec.algorithm
+    if algo.loss_agg is None:
+        return []
+    why = loss_agg_why_not(backend, algo.name, algo.loss_agg)
+    if why is None:
+        return []
+    capabilities = known_capabilities()
+    can = [name for name in BACKENDS if name != backend and loss_agg_why_not(name, algo.name, algo.loss_agg) is None
+           and name in capabilities and algo.name in capabilities[name].algorithms]
+    hint = f"; backends that can: {', '.join(can)}" if can else "; no installed backend can"
+    return [Problem("algorithm.loss_agg", f"{backend} cannot aggregate {algo.name}'s loss as {algo.loss_agg} "
+                    f"({why}){hint}")]

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
-    from agentbridge.backends import Problem
-    from agentbridge.spec.schema import AlgorithmSpec, Spec
+    from agentbridge.spec.schema import AlgorithmSpec
 
 RECIPE_FIELDS = ("clip", "entropy_coef", "max_grad_norm", "loss_agg")
 LossAgg = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
@@ -58,21 +57,3 @@ def loss_agg_why_not(backend: str, algorithm: str, mode: str) -> str | None:
     if backend == "openrlhf" and algorithm == "gspo" and mode != "seq_mean_token_mean":
         return "OpenRLHF's gspo policy loss is always seq-mean-token-mean"
     return LOSS_AGG_WHY_NOT.get(backend, {}).get(mode)
-
-
-def recipe_problems(spec: Spec, backend: str) -> list[Problem]:
-    """What in the spec's recipe ``backend`` cannot honour, one line each, naming the backends that can."""
-    from agentbridge.backends import Problem, known_capabilities
-
-    algo = spec.algorithm
-    if algo.loss_agg is None:
-        return []
-    why = loss_agg_why_not(backend, algo.name, algo.loss_agg)
-    if why is None:
-        return []
-    capabilities = known_capabilities()
-    can = [name for name in BACKENDS if name != backend and loss_agg_why_not(name, algo.name, algo.loss_agg) is None
-           and name in capabilities and algo.name in capabilities[name].algorithms]
-    hint = f"; backends that can: {', '.join(can)}" if can else "; no installed backend can"
-    return [Problem("algorithm.loss_agg", f"{backend} cannot aggregate {algo.name}'s loss as {algo.loss_agg} "
-                    f"({why}){hint}")]

@@ -13,7 +13,6 @@ from agentbridge.backends import Capabilities, Job, JobError, Problem, Report
 from agentbridge.models import is_vlm
 from agentbridge.runs import write_jsonl
 from agentbridge.spec import Spec, dump_spec
-from agentbridge.spec.recipe import recipe_problems
 from agentbridge.training.phases import launch_lines
 from agentbridge_openrlhf import __version__
 from agentbridge_openrlhf.config import (
@@ -114,7 +113,7 @@ class OpenRLHFBackend:
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` OpenRLHF cannot run, one line each (needs no OpenRLHF installed)."""
         problems = [*kit.algorithm_check(self, spec, WHY_NOT), *kit.unknown_options(self, spec, OPTIONS, "OpenRLHF")]
-        problems += recipe_problems(spec, self.name)
+        problems += kit.recipe_problems(spec, self.name)
         opts = options(spec)
         flags = openrlhf_flags()
         est = estimator(spec)

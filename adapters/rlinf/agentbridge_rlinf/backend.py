@@ -11,7 +11,6 @@ import yaml
 from agentbridge import adapter_kit as kit
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.spec import Spec, dump_spec
-from agentbridge.spec.recipe import recipe_problems
 from agentbridge_rlinf import RLINF_PIN, __version__
 from agentbridge_rlinf.config import (
     ALGORITHMS,
@@ -64,7 +63,7 @@ class RlinfBackend:
         """What in ``spec`` RLinf cannot run, one line each (needs no RLinf installed)."""
         problems = [*kit.algorithm_check(self, spec, WHY_NOT), *kit.unknown_options(self, spec, OPTIONS, "RLinf"),
                     *option_problems(spec)]
-        problems += recipe_problems(spec, self.name)
+        problems += kit.recipe_problems(spec, self.name)
         opts = options(spec)
         if opts["rollout_backend"] not in ROLLOUT_BACKENDS:
             problems.append(Problem("backend.options.rollout_backend",

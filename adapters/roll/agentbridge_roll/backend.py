@@ -12,7 +12,6 @@ import yaml
 from agentbridge import adapter_kit as kit
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.spec import Spec, dump_spec
-from agentbridge.spec.recipe import recipe_problems
 from agentbridge_roll import ROLL_COMMIT, ROLL_REPO, ROLL_SOURCE, __version__, keep_roll_logs_out_of_cwd
 from agentbridge_roll.config import (
     ALGORITHMS,
@@ -66,7 +65,7 @@ class RollBackend:
         """What in ``spec`` ROLL cannot run, one line each (needs no ROLL installed)."""
         problems = [*kit.algorithm_check(self, spec, WHY_NOT), *kit.unknown_options(self, spec, OPTIONS, "ROLL"),
                     *option_problems(spec)]
-        problems += recipe_problems(spec, self.name)
+        problems += kit.recipe_problems(spec, self.name)
         if spec.algorithm.name in GROUPED and spec.algorithm.group_size < 2:
             problems.append(Problem("algorithm.group_size", f"{spec.algorithm.name} computes advantages within a "
                                     "group: it needs at least 2 samples per prompt"))

@@ -11,7 +11,6 @@ import yaml
 from agentbridge import adapter_kit as kit
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.spec import Spec, dump_spec
-from agentbridge.spec.recipe import recipe_problems
 from agentbridge_slime import SLIME_COMMIT, SLIME_PIN, SLIME_REPO, __version__
 from agentbridge_slime.config import (
     ALGORITHMS,
@@ -51,7 +50,7 @@ class SlimeBackend:
         """What in ``spec`` slime cannot run, one line each (needs no slime installed)."""
         problems = [*kit.algorithm_check(self, spec, WHY_NOT), *kit.unknown_options(self, spec, OPTIONS, "slime"),
                     *option_problems(spec)]
-        problems += recipe_problems(spec, self.name)
+        problems += kit.recipe_problems(spec, self.name)
         if spec.algorithm.name in GROUPED and spec.algorithm.group_size < 2:
             problems.append(Problem("algorithm.group_size", f"{spec.algorithm.name} computes advantages within a "
                                     "group: it needs at least 2 samples per prompt"))

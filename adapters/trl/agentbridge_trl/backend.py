@@ -11,7 +11,6 @@ from agentbridge import adapter_kit as kit
 from agentbridge.backends import Capabilities, Job, Problem, Report
 from agentbridge.runs import write_jsonl
 from agentbridge.spec import Spec, dump_spec
-from agentbridge.spec.recipe import recipe_problems
 from agentbridge_trl import __version__
 from agentbridge_trl.config import (
     ALGORITHMS,
@@ -58,7 +57,7 @@ class TrlBackend:
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` TRL cannot run, one line each (needs no TRL installed)."""
         problems = [*kit.algorithm_check(self, spec, WHY_NOT), *kit.unknown_options(self, spec, OPTIONS, "TRL")]
-        problems += recipe_problems(spec, self.name)
+        problems += kit.recipe_problems(spec, self.name)
         own = spec.backend.options if applies(spec) else {}
         mode = own.get("vllm_mode", "colocate")
         if mode not in ("colocate", "server"):

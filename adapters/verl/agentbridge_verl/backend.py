@@ -11,7 +11,6 @@ import yaml
 from agentbridge import adapter_kit as kit
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.spec import Spec, dump_spec
-from agentbridge.spec.recipe import recipe_problems
 from agentbridge.training.phases import launch_lines
 from agentbridge.training.trackers import tracker_env_lines
 from agentbridge_verl import VERL_PIN, __version__
@@ -73,7 +72,7 @@ class VerlBackend:
     def check(self, spec: Spec) -> list[Problem]:
         """What in ``spec`` veRL cannot run, one line each (needs no veRL installed)."""
         problems = [*kit.algorithm_check(self, spec), *kit.unknown_options(self, spec, OPTIONS, "veRL")]
-        problems += recipe_problems(spec, self.name)
+        problems += kit.recipe_problems(spec, self.name)
         engine = options(spec)["rollout_engine"]
         if engine not in ROLLOUT_ENGINES:
             problems.append(Problem("backend.options.rollout_engine",
