@@ -324,10 +324,6 @@ def test_task_identity() -> None:
 
 
 def test_validate_reports_an_overlap_as_one_line() -> None:
-    import agentbridge.cli
-
-    if "split_overlap_problems" not in Path(agentbridge.cli.__file__).read_text():
-        pytest.skip("agentbridge validate does not call preflight.split_overlap_problems yet")
     line = one_error(validate("examples/calculator.yaml", "--set", "data.eval.split=train"))
     assert "data.eval: 500 of 500 eval tasks are also train tasks" in line
 
