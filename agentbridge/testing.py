@@ -610,3 +610,45 @@ def _short_run_env(here: Path) -> dict[str, str]:
         backend = python.parent.parent.name.removeprefix(".venv-")
         env.setdefault(f"AGENTBRIDGE_{backend.upper()}_PYTHON", str(python.absolute()))
     return env
+
+
+def check_seed_block_dataset(build: Callable[..., Sequence[Task]], capacity: Callable[[str, int], int],
+                             dataset_id: str, *, split_base: Mapping[str, int], split_seeds: int,
+                             seed_field: str = "seed") -> None:
+    """Assert that a dataset whose splits each own ``split_seeds`` seeds from ``split_base[split]`` (task ``i`` of
+    ``size`` with ``seed`` gets ``base + seed * size + i``, kept in ``task.data[seed_field]``) declares its capacity
+    truly: ``capacity(split, seed)`` is the most tasks whose seeds stay in the split, that many are built and the
+    splits stay disjoint, and one more, a negative seed or an unknown split is one line."""
+    import re
+
+    from agentbridge.datasets import declared_capacity
+    from agentbridge.spec.schema import DatasetSpec
+
+    def raises(match: str, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except ValueError as e:
+            assert re.search(match, str(e)), f"{dataset_id}: {e!s} does not match {match!r}"
+            return
+        raise AssertionError(f"{dataset_id}: {fn.__name__}{args} raised nothing, expected {match!r}")
+
+    for seed in (0, 1, 7, 99, 999_999, 5_000_000):
+        n = capacity("train", seed)
+        assert n == split_seeds // (seed + 1), (seed, n)
+        for base in set(split_base.values()):
+            assert base + seed * n + n <= base + split_seeds  # the last seed of n tasks is the split's own
+            assert base + seed * (n + 1) + n + 1 > base + split_seeds  # one more would reach the next split's
+    seeds = {}
+    for split in ("train", "dev", "eval"):
+        n = capacity(split, 99)
+        tasks = build(split, n, 99)
+        seeds[split] = {t.data[seed_field] for t in tasks}
+        assert len(tasks) == n == len(seeds[split]) == split_seeds // 100
+        assert all(split_base[split] <= s < split_base[split] + split_seeds for s in seeds[split])
+    assert not seeds["train"] & seeds["dev"] and not seeds["dev"] & seeds["eval"] and not seeds["train"] & seeds["eval"]
+    most = split_seeds // 10
+    raises(rf"^{re.escape(dataset_id)} can produce at most {most} distinct dev tasks \(.*seed=9\), asked for "
+           rf"{most + 1}$", build, "dev", most + 1, 9)
+    raises("seed must be 0 or more", build, "train", 1, -1)
+    raises("split must be train, dev or eval", capacity, "valid", 0)
+    assert declared_capacity(build, DatasetSpec(id=dataset_id, split="test", seed=3)) == split_seeds // 4
