@@ -1,6 +1,6 @@
 """The Backend protocol, the objects it exchanges (Capabilities, Problem, Job, Report) and the compile pipeline
 every command goes through: :func:`get_backend`, then :func:`compile_job`. What adapters share to
-implement the protocol is in :mod:`agentbridge.adapter_kit`."""
+implement the protocol is in :mod:`agentbridge.adapter`."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class Report:
 @dataclass
 class Job:
     """A compiled, self-contained job directory. ``spec``: the spec it was compiled from, when this process
-    compiled it (``agentbridge.adapter_kit.job_spec`` reads it back from ``spec.yaml`` otherwise)."""
+    compiled it (``agentbridge.adapter.job_spec`` reads it back from ``spec.yaml`` otherwise)."""
 
     backend: str
     path: Path
@@ -87,7 +87,7 @@ class Job:
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a backend adapter implements; :mod:`agentbridge.adapter_kit` holds what they all do the same way."""
+    """What a backend adapter implements; :mod:`agentbridge.adapter` holds what they all do the same way."""
 
     name: str
 
@@ -201,6 +201,23 @@ def backend_python(name: str, module: str) -> str | None:
         if candidate and Path(candidate).is_file():
             return candidate
     return None
+
+
+def runnable_backends() -> list[str]:
+    """The installed backends whose own code runs here or in an environment of theirs (``backend_python``), in the
+    registry's order: what ``compare`` and ``conformance --algorithms`` use by default."""
+    from agentbridge.plugins import get_plugins
+
+    registry = get_plugins().backends
+    names = []
+    for name in registry.ids():
+        try:
+            module = getattr(registry.get(name), "module", name)
+        except Exception:  # noqa: BLE001 - a broken backend package is not offered
+            continue
+        if backend_python(name, module) is not None:
+            names.append(name)
+    return names
 
 
 class BackendNotInstalled(ValueError):

@@ -524,25 +524,27 @@ def backends_setup(name: str, venv: str | None, cpu: bool, extra: tuple[str, ...
 
 @main.command()
 @click.argument("spec_path", metavar="SPEC")
-@click.option("--backends", "backend_names", default="trl,verl,openrlhf", show_default=True,
-              help="Backends to compare, comma-separated.")
+@click.option("--backends", "backend_names", default=None,
+              help="Backends to compare, comma-separated (default: every installed backend that runs here or in "
+                   "an environment of its own).")
 @click.option("-o", "out", type=click.Path(file_okay=False), default=None,
               help="Where jobs, runs and the report go (default compare/NAME).")
 @click.option("--conformance", is_flag=True, help="Also run the conformance suite for each backend.")
 @click.option("--no-train", is_flag=True, help="Compile and validate only.")
 @set_option
 @user_errors
-def compare(spec_path: str, backend_names: str, out: str | None, conformance: bool, no_train: bool,
+def compare(spec_path: str, backend_names: str | None, out: str | None, conformance: bool, no_train: bool,
             sets: tuple[str, ...]) -> None:
     """Compile SPEC for several backends, validate each in its own environment, train where this machine can,
     and write the side-by-side report."""
     from rich.console import Console
     from rich.table import Table
 
+    from agentbridge.backends import runnable_backends
     from agentbridge.compare.backends import compare_backends
 
     spec = _spec(spec_path, sets)
-    names = [n.strip() for n in backend_names.split(",") if n.strip()]
+    names = [n.strip() for n in backend_names.split(",") if n.strip()] if backend_names else runnable_backends()
     out_dir = Path(out) if out else Path("compare") / spec.name
     path, outcomes, problems = compare_backends(spec, names, out_dir, conformance=conformance, train=not no_train,
                                                 say=lambda line: click.echo(line, err=True))
@@ -576,7 +578,8 @@ def report(run_dirs: tuple[str, ...], out: str | None) -> None:
 
 @main.command()
 @click.option("--backend", "backend_names", default=None, metavar="NAME[,NAME...]",
-              help="Backend(s) to check, comma-separated (with --algorithms, default: trl,verl,openrlhf).")
+              help="Backend(s) to check, comma-separated (with --algorithms, default: every installed backend that "
+                   "runs here or in an environment of its own).")
 @click.option("--kind", type=click.Choice(["text", "vlm", "lengths", "all"]), default="all", show_default=True,
               help="Golden episodes for a text model, a vision-language model, the text ones under backend lengths "
                    "below the spec's budgets, or all.")
@@ -597,7 +600,9 @@ def conformance(backend_names: str | None, kind: str, workdir: str | None, algor
     from agentbridge.conformance import KINDS, run_suite
 
     if algorithms:
-        _algorithm_conformance(backend_names or "trl,verl,openrlhf", workdir)
+        from agentbridge.backends import runnable_backends
+
+        _algorithm_conformance(backend_names or ",".join(runnable_backends()), workdir)
         return
     if not backend_names:
         raise click.UsageError("--backend is required (or pass --algorithms)")
@@ -635,22 +640,42 @@ def conformance(backend_names: str | None, kind: str, workdir: str | None, algor
 
 
 def _algorithm_conformance(backend_names: str, workdir: str | None) -> None:
-    """The algorithm x backend table (✔ identical, ≈ within tolerance, ≠ documented, ✘ with the quantity), then
-    the one-step table (each backend's optimizer step against the reference step); exit 1 on ✘ in either."""
+    """The algorithm x backend table (✔ identical, ≈ within tolerance, ≠ documented, ✘ with the quantity), the
+    recipe knob x backend table (grpo, KL off, each knob away from its default; n/a where the backend refuses it),
+    then the one-step table (each backend's optimizer step against the reference step); exit 1 on ✘ in any."""
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from agentbridge.conformance.algorithms import Cell, problem_lines, run_algorithms, table
+    from agentbridge.conformance.algorithms import (
+        RECIPE_CASES,
+        Cell,
+        problem_lines,
+        recipe_table,
+        run_algorithms,
+        table,
+    )
     from agentbridge.conformance.step import StepCell, run_step, step_lines, step_table
 
     names = [_backend(n.strip()).name for n in backend_names.split(",") if n.strip()]
     t0 = time.perf_counter()
     click.echo(f"algorithms and one step: {', '.join(names)} ...", err=True)
 
+    import contextlib
+    import importlib.util
+    import threading
+
+    # what loads models in this interpreter runs one at a time: transformers' loading is not thread-safe (a model
+    # loaded while another thread loads one can come out on the meta device); the backends' own environments run
+    # alongside
+    here = threading.Lock()
+
     def one(name: str) -> tuple[list[Cell], StepCell]:  # one backend's probes run one after another
         base = Path(workdir) / name if workdir else None
-        return run_algorithms(name, workdir=base / "algorithms" if base else None), \
-            run_step(name, base / "step" if base else None)
+        in_process = importlib.util.find_spec(getattr(_backend(name), "module", name)) is not None
+        with here if in_process else contextlib.nullcontext():
+            cells = run_algorithms(name, workdir=base / "algorithms" if base else None, recipe=tuple(RECIPE_CASES))
+        with here:  # the reference step loads its model here, whichever environment the backend's step runs in
+            return cells, run_step(name, base / "step" if base else None)
 
     with ThreadPoolExecutor(max_workers=len(names) or 1) as pool:  # backends in other environments run in parallel
         runs = [pool.submit(one, name) for name in names]
@@ -659,6 +684,10 @@ def _algorithm_conformance(backend_names: str, workdir: str | None) -> None:
     steps = [step for _, step in results]
     click.echo(table(cells, names))
     click.echo("")
+    recipe = recipe_table(cells, names)
+    if recipe:
+        click.echo(recipe)
+        click.echo("")
     click.echo(step_table(steps))
     for line in problem_lines(cells):
         click.echo(f"difference: {line}", err=True)

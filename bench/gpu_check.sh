@@ -3,7 +3,9 @@
 # Qwen2.5-0.5B-shaped random-init model (fp32 master weights, bf16 autocast), and print step time, generated
 # tokens/s and peak GPU memory (read from the run's metrics.jsonl and episodes.jsonl); then OpenRLHF's actor update
 # (its own loss code, configured by the compiled GPU job examples/calculator.gpu.yaml) on micro-batches of that
-# job's shape with the same model (bench/gpu_openrlhf_step.py). veRL's training code imports Ray at `import verl`
+# job's shape with the same model (bench/gpu_openrlhf_step.py); then the same TRL job under DeepSpeed ZeRO-3 (the
+# zero_stage every examples/*.gpu.yaml sets) through its launch.sh as one process, with a held-out evaluation after
+# RL, to its saved model, which must load whole (no empty ZeRO-3 partitions). veRL's training code imports Ray at `import verl`
 # (a ~70 MB wheel, more than the machine takes), so its part runs only where verl already imports.
 #
 # Made for a GPU machine with no network whose python3 (3.12) already holds torch, transformers (>= 5.15),
@@ -16,10 +18,13 @@
 #       trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 pydantic_core==2.50.5 \
 #       annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 dashscope==2.0.2 \
 #       pylatexenc==2.11 einops==0.8.2
-#   python3 -m pip wheel --no-deps -w bench/gpu_wheels/pure openrlhf==0.11.2
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d bench/gpu_wheels \
+#       hjson==3.1.0 py-cpuinfo==9.0.0 msgpack==1.1.2 ninja==1.13.0
+#   python3 -m pip wheel --no-deps -w bench/gpu_wheels/pure openrlhf==0.11.2 deepspeed==0.19.6
 #
-# (OpenRLHF publishes no wheel; the one built here is pure Python but tagged for the building interpreter, so the
-# script unpacks it rather than pip-installing it.)
+# (OpenRLHF and DeepSpeed publish no wheel; the ones built here are pure Python (DeepSpeed compiles its ops when
+# first used) but tagged for the building interpreter, so the script unpacks them rather than pip-installing them.)
 # (dashscope is carried for its qwen.tiktoken file only: the tokenizer of builtin:tiny-qwen2.5.) The script
 # installs them with `pip install --no-index --no-deps --target` into a scratch folder put first on PYTHONPATH,
 # then builds agentbridge, agentbridge-math and agentbridge-trl from this checkout into the same folder
@@ -32,9 +37,12 @@
 #   GPU_CHECK_TRAIN_TIMEOUT=330  seconds the training may take; the figures of the steps done so far are still read
 #   GPU_CHECK_WHEELS=DIR       the wheels to install (default bench/gpu_wheels); GPU_CHECK_EXTRA_WHEELS=DIR adds more
 #   PYTHON=python3             the interpreter that holds torch (default: python3; in the dry run .venv/bin/python)
+#   GPU_CHECK_ZERO3_TIMEOUT=240  seconds the ZeRO-3 run (step 5b) may take
 #   GPU_CHECK_DRY_RUN=1        no GPU needed: a tiny model (same tokenizer), 1 step on CPU with a small batch;
-#                              exercises everything but the GPU itself, the offline install included. For a dry run
-#                              on another Python than 3.12, point GPU_CHECK_WHEELS at the same packages built for it.
+#                              exercises everything but the GPU itself, the offline install included (the ZeRO-3
+#                              run on DeepSpeed's CPU accelerator, its process given gloo by agentbridge_trl.cpu_ranks).
+#                              For a dry run on another Python than 3.12, point GPU_CHECK_WHEELS at the same packages
+#                              built for it.
 #   OUT=DIR                    when set, the log (gpu_check.log), the figures (gpu_check.json) and the run's
 #                              metrics.jsonl are written there too
 set -euo pipefail
@@ -45,6 +53,7 @@ WORK=${GPU_CHECK_WORK:-/tmp/agentbridge-gpu-check}
 STEPS=${GPU_CHECK_STEPS:-5}
 DRY=${GPU_CHECK_DRY_RUN:-0}
 TRAIN_TIMEOUT=${GPU_CHECK_TRAIN_TIMEOUT:-330}
+ZERO3_TIMEOUT=${GPU_CHECK_ZERO3_TIMEOUT:-240}
 WHEELS=${GPU_CHECK_WHEELS:-$ROOT/bench/gpu_wheels}
 EXTRA_WHEELS=${GPU_CHECK_EXTRA_WHEELS:-}
 SITE=$WORK/site
@@ -84,7 +93,7 @@ for w in "${WHEEL_FILES[@]}"; do echo "  $(basename "$w")"; done
 PIP=("$PY" -m pip install -q --no-index --no-deps --no-cache-dir --disable-pip-version-check --upgrade --target "$SITE")
 "${PIP[@]}" "${WHEEL_FILES[@]}" || die "installing the wheels failed (see pip's output above)"
 for w in "$WHEELS"/pure/*.whl; do  # pure-Python wheels tagged for another interpreter: unpacked as they are
-  [ -e "$w" ] || die "no OpenRLHF wheel in $WHEELS/pure; build it with the pip wheel command at the top"
+  [ -e "$w" ] || die "no OpenRLHF/DeepSpeed wheels in $WHEELS/pure; build them with the pip wheel command at the top"
   echo "  $(basename "$w") (unpacked)"
   "$PY" -c '
 import shutil, sys, zipfile
@@ -116,8 +125,8 @@ from importlib import metadata
 from packaging.requirements import Requirement
 
 site = os.environ["PYTHONPATH"].split(":")[0]
-for mod in ("torch", "transformers", "accelerate", "tokenizers", "trl", "datasets", "pydantic", "agentbridge",
-            "agentbridge_math", "agentbridge_trl", "openrlhf", "agentbridge_openrlhf"):
+for mod in ("torch", "transformers", "accelerate", "tokenizers", "trl", "datasets", "pydantic", "deepspeed",
+            "agentbridge", "agentbridge_math", "agentbridge_trl", "openrlhf", "agentbridge_openrlhf"):
     m = importlib.import_module(mod)
     path = os.path.abspath(m.__file__)
     where = ("carried" if path.startswith(site) else
@@ -126,7 +135,7 @@ for mod in ("torch", "transformers", "accelerate", "tokenizers", "trl", "dataset
 import torch
 print(f"  torch.cuda.is_available() = {torch.cuda.is_available()}")
 extras = {"agentbridge": {"hf"}, "agentbridge-trl": {"backend"}}
-skip = {"openrlhf"}  # only its loss code runs here (with agentbridge_openrlhf's CPU stand-ins for DeepSpeed)
+skip = {"openrlhf", "deepspeed"}  # OpenRLHF: only its loss code runs here; DeepSpeed: its optional extras
 unmet = []
 for dist in metadata.distributions(path=[site]):
     name = dist.metadata["Name"]
@@ -270,6 +279,52 @@ timeout 180 "$PY" bench/gpu_openrlhf_step.py "$ORL_JOB" "$MODEL" "${ORL_ARGS[@]}
   ${OUT:+--json "$OUT/gpu_check_openrlhf.json"} || ORL_RC=$?
 echo "OpenRLHF actor update: exit $ORL_RC"
 
+# ---- 5b. TRL under DeepSpeed ZeRO-3 ------------------------------------------------------------------------------
+section "5b. TRL under DeepSpeed ZeRO-3: launch.sh (one process), RL, evaluation after RL, the saved model"
+Z3_JOB=$WORK/trl-zero3-job
+Z3_RUN=$WORK/run-zero3
+rm -rf "$Z3_JOB" "$Z3_RUN"
+Z3_SETS=(--set "model.path=$MODEL" --set backend.name=trl --set "backend.options={zero_stage: 3}"
+         --set algorithm.warm_start=null --set data.dev=null --set data.eval.size=4 --set algorithm.steps=2
+         --set algorithm.batch_size=2 --set algorithm.group_size=2 --set agent.max_turns=2
+         --set agent.max_tokens_per_turn=32 --set agent.max_response_tokens=96 --set name=calculator-gpu-check-zero3
+         --set resources.gpus_per_node=1)
+"$AGENTBRIDGE" compile examples/calculator.yaml -o "$Z3_JOB" "${Z3_SETS[@]}" \
+  || die "compiling the ZeRO-3 TRL job failed"
+Z3_ENV=(DS_ACCELERATOR=cuda)
+if [ "$DRY" = 1 ]; then  # CPU: no bf16, DeepSpeed's CPU accelerator, accelerate gives the process gloo
+  "$PY" -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c["bf16"] = False; json.dump(c, open(p, "w"))' \
+    "$Z3_JOB/grpo_config.json"
+  mkdir -p "$WORK/cpu-site"
+  printf 'import agentbridge_trl.cpu_ranks\nagentbridge_trl.cpu_ranks.install()\n' > "$WORK/cpu-site/sitecustomize.py"
+  Z3_ENV=(DS_ACCELERATOR=cpu "PYTHONPATH=$WORK/cpu-site:$PYTHONPATH")
+fi
+Z3_RC=0
+env "${Z3_ENV[@]}" PYTHON="$PY" RUN_DIR="$Z3_RUN" timeout --signal=INT --kill-after=20 "$ZERO3_TIMEOUT" \
+  bash "$Z3_JOB/launch.sh" || Z3_RC=$?
+echo "TRL under ZeRO-3: exit $Z3_RC"
+if [ "$Z3_RC" = 0 ]; then
+  Z3_RUN=$Z3_RUN MODEL=$MODEL "$PY" - <<'EOF' || Z3_RC=$?
+"""The ZeRO-3 run evaluated after RL and saved a whole model: every weight with the base model's shape."""
+import json, os
+from pathlib import Path
+from transformers import AutoModelForCausalLM
+
+run = Path(os.environ["Z3_RUN"])
+evals = json.loads((run / "eval.json").read_text())
+assert "after_rl" in evals, f"no evaluation after RL: {sorted(evals)}"
+base = AutoModelForCausalLM.from_pretrained(os.environ["MODEL"]).state_dict()
+saved = AutoModelForCausalLM.from_pretrained(run / "model").state_dict()
+assert saved.keys() == base.keys(), "the saved model's weights are not the base model's"
+empty = [k for k, v in saved.items() if v.numel() == 0 or v.shape != base[k].shape]
+assert not empty, f"weights saved empty or misshapen (ZeRO-3 partitions?): {empty[:5]}"
+steps = len((run / "metrics.jsonl").read_text().splitlines())
+print(f"ZeRO-3: {steps} RL steps, after_rl {evals['after_rl']['mean']:.3f} on {evals['after_rl']['n']} tasks, "
+      f"saved model whole ({len(saved)} tensors, {sum(v.numel() for v in saved.values()) / 1e6:.1f}M parameters)")
+EOF
+fi
+echo "TRL under ZeRO-3 (run, evaluation, saved model): exit $Z3_RC"
+
 # ---- 6. veRL ----------------------------------------------------------------------------------------------------
 section "6. veRL"
 if "$PY" -c "import verl" >/dev/null 2>&1; then
@@ -282,3 +337,4 @@ fi
 section "done"
 [ "$TRAIN_RC" = 0 ] || [ "$TRAIN_RC" = 124 ] || die "agentbridge train exited $TRAIN_RC"
 [ "$ORL_RC" = 0 ] || die "OpenRLHF's actor update exited $ORL_RC"
+[ "$Z3_RC" = 0 ] || die "TRL under DeepSpeed ZeRO-3 exited $Z3_RC"

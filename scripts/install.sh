@@ -6,6 +6,19 @@ cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
+# A second run with nothing changed skips pip (editable installs follow the source by themselves): the stamp hashes
+# what decides the environment: this script, its arguments, every pyproject.toml, the package folders and the
+# interpreter. AGENTBRIDGE_REINSTALL=1 installs anyway.
+stamp=.venv/.agentbridge-install
+want=$({ cat scripts/install.sh; printf '%s\n' "$@"
+         cat pyproject.toml plugins/*/pyproject.toml adapters/*/pyproject.toml
+         find agentbridge plugins adapters -maxdepth 3 -name __init__.py -not -path '*/tests/*' | sort
+         .venv/bin/python --version; } | sha256sum | cut -d' ' -f1)
+if [ -z "${AGENTBRIDGE_REINSTALL:-}" ] && [ -x .venv/bin/agentbridge ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  echo "[install] .venv is up to date ($(.venv/bin/agentbridge --version)); AGENTBRIDGE_REINSTALL=1 installs anyway"
+  exit 0
+fi
+rm -f "$stamp"
 # pip, without the notes about this machine's local wheel mirrors
 pip() { .venv/bin/python -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither" || true; }; return "${PIPESTATUS[0]}"; }
 echo "[install] torch (CPU build) and agentbridge into .venv"
@@ -21,4 +34,5 @@ for adapter in adapters/verl adapters/openrlhf adapters/rlinf adapters/slime ada
 done
 # the real Qwen2.5 vocabulary (qwen.tiktoken) ships in the dashscope wheel; only that file is used
 pip install -q --no-deps dashscope
+echo "$want" > "$stamp"
 echo "[install] done: $(.venv/bin/agentbridge --version)"

@@ -2,18 +2,25 @@
 # Install everything the tests need, then run lint and every test suite.
 #  - .venv: agentbridge, its plugins and the TRL adapter (TRL shares the main environment);
 #  - adapters/<name>/test.sh: an adapter whose backend pins conflict creates its own venv there.
+# Where the time goes is printed at the end ("[test] time: ..."), each phase in wall seconds; what runs side by side
+# is said below (two cores: installs and linters overlap, the backends' suites run beside the core's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/system-deps.sh
-scripts/install.sh pytest hypothesis ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML "tensorboard>=2.14"
-# DeepSpeed, so that the TRL GPU profiles' ZeRO-3 config is built and checked (an sdist: built against this torch)
-.venv/bin/python -m pip install -q --no-build-isolation deepspeed==0.19.6 2>&1 | { grep -v "is ignored" || true; }
-# DS_ACCELERATOR: DeepSpeed (imported by accelerate whenever it is installed) otherwise probes for a GPU and says
-# on stdout that it found none, in every process that loads a model
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 DS_ACCELERATOR=cpu
-# the backends' own environments are created side by side (mostly downloads and unpacking) while the linters run;
-# each adapter's test.sh then finds its environment up to date
 mkdir -p .agentbridge
+t0=$(date +%s)
+times=()
+took() { times+=("$1 $(( $(date +%s) - $2 ))s"); }
+# Debian's chromium (apt: network and disk, little CPU) is installed beside the Python environment
+t=$(date +%s)
+scripts/system-deps.sh > .agentbridge/system-deps.log 2>&1 &
+sysdeps=$!
+scripts/install.sh pytest hypothesis ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML "tensorboard>=2.14" mkdocs==1.6.1 mkdocs-material==9.8.2
+took ".venv" "$t"
+# beside the linters, each in the background with its own log: the backends' environments (mostly unpacking and
+# byte-compiling; each adapter's test.sh then finds its environment up to date), DeepSpeed's wheel (an sdist built
+# against .venv's torch, so that the TRL GPU profiles' ZeRO-3 config is built and checked) and the OpenEnv server's
+# environment (plugins/openenv/server_env.sh; otherwise made inside the core suite, by its first test)
+t=$(date +%s)
 setups=()
 for script in adapters/*/test.sh; do
   [ -e "$script" ] || continue
@@ -21,39 +28,62 @@ for script in adapters/*/test.sh; do
   AGENTBRIDGE_SETUP_ONLY=1 bash "$script" > ".agentbridge/setup-$name.log" 2>&1 &
   setups+=("$name:$!")
 done
+# (its wheel only: installing into .venv now would change the distributions the setups read from it)
+(compgen -G ".agentbridge/wheels/deepspeed-0.19.6-*.whl" >/dev/null \
+  || .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w .agentbridge/wheels deepspeed==0.19.6 2>&1 \
+  | { grep -v "is ignored" || true; }) > .agentbridge/setup-deepspeed.log 2>&1 &
+setups+=("deepspeed:$!")
+plugins/openenv/server_env.sh > .agentbridge/setup-openenv.log 2>&1 &
+setups+=("openenv:$!")
+# DS_ACCELERATOR: DeepSpeed (imported by accelerate whenever it is installed) otherwise probes for a GPU and says
+# on stdout that it found none, in every process that loads a model
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 DS_ACCELERATOR=cpu
 echo "[test] ruff"
+tl=$(date +%s)
 .venv/bin/ruff check .
 echo "[test] import contracts (pyproject.toml [tool.importlinter])"
 # the example packages are checked from their source trees; they need not be installed
 PYTHONPATH=examples/plugin-package:examples/backend-package .venv/bin/lint-imports --no-cache
 echo "[test] mypy (the core)"
 .venv/bin/mypy
+took "linters (beside the environments)" "$tl"
 failed=0
-for entry in "${setups[@]}"; do
+for entry in "system-deps:$sysdeps" "${setups[@]}"; do
   name=${entry%%:*}
-  if wait "${entry##*:}"; then cat ".agentbridge/setup-$name.log"; else
-    cat ".agentbridge/setup-$name.log"; echo "[test] the $name environment could not be created"; failed=1; fi
+  log=.agentbridge/setup-$name.log; [ "$name" = system-deps ] && log=.agentbridge/system-deps.log
+  if wait "${entry##*:}"; then cat "$log"; else
+    cat "$log"; echo "[test] the $name environment could not be created"; failed=1; fi
 done
 [ "$failed" = 0 ] || exit 1
+.venv/bin/python -m pip install -q --no-build-isolation --find-links .agentbridge/wheels deepspeed==0.19.6 2>&1 \
+  | { grep -v "is ignored" || true; }
+took "environments (all, side by side)" "$t"
 # the backends' suites run in the background beside the core's (two cores: much of each suite waits on
 # subprocesses, servers and browsers); their output is printed when both are done
-mkdir -p .agentbridge
 (
   for script in adapters/*/test.sh; do
     [ -e "$script" ] || continue
     echo "[test] $script"
+    s=$(date +%s)
     bash "$script" --durations=15 || { echo "[test] $script failed"; exit 1; }
+    echo "[test] time: $script $(( $(date +%s) - s ))s"
   done
 ) > .agentbridge/adapter-tests.log 2>&1 &
 adapters=$!
+t=$(date +%s)
 echo "[test] pytest (core, plugins, example packages, TRL, slime and ROLL adapters; the backends' suites beside it)"
 suites=(tests plugins/*/tests examples/plugin-package/tests examples/backend-package/tests adapters/trl/tests
         adapters/slime/tests adapters/roll/tests)
 core=0
 .venv/bin/python -m pytest -q --durations=25 "${suites[@]}" "$@" || core=$?
+took "core pytest" "$t"
 backends=0
 wait "$adapters" || backends=$?
+took "backends' suites (beside the core's)" "$t"
 cat .agentbridge/adapter-tests.log
 [ "$backends" = 0 ] || echo "[test] a backend's suite failed (above)"
 [ "$core" = 0 ] || echo "[test] the core suite failed (exit $core)"
+took total "$t0"
+printf '[test] time: %s\n' "${times[@]}"
+grep -h "^\[test\] time: adapters" .agentbridge/adapter-tests.log || true
 [ "$core" = 0 ] && [ "$backends" = 0 ]

@@ -71,11 +71,14 @@ def test_trl_grpo_equals_the_reference_and_a_broken_mapping_is_named(monkeypatch
 def test_cli_tables_and_exit_status(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(main, ["conformance", "--algorithms", "--backend", "trl"])
     assert result.exit_code == 0, result.output
-    algorithms, steps = result.stdout.strip().split("\n\n")
+    algorithms, recipe, steps = result.stdout.strip().split("\n\n")
     lines = algorithms.splitlines()
     assert lines[0].split() == ["algorithm", "trl"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
     assert rows["grpo"][0] in ("✔", "≈") and rows["dapo"] == ["≠", "kept"] and rows["ppo"] == ["n/a"]
+    recipe_rows = {line.rsplit(None, 1)[0].strip(): line.split()[-1] for line in recipe.splitlines()[1:]}
+    assert recipe.splitlines()[0].split()[-1] == "trl" and "clip=0.1/0.3" in recipe_rows
+    assert set(recipe_rows.values()) <= {"✔", "≈"}, recipe  # TRL honours every recipe case
     head, trl = steps.splitlines()
     assert head.split() == ["step", "grpo", "result", "loss", "grad", "update"]
     assert trl.split()[0] == "trl" and trl.split()[1] in ("✔", "≈") and len(trl.split()) == 5
@@ -85,7 +88,7 @@ def test_cli_tables_and_exit_status(monkeypatch: pytest.MonkeyPatch) -> None:
     broken = CliRunner().invoke(main, ["conformance", "--algorithms", "--backend", "trl"])
     assert broken.exit_code == 1, broken.output
     assert broken.stdout.strip().split("\n\n")[0] == algorithms.strip()  # the algorithm table is unchanged
-    assert broken.stdout.strip().split("\n\n")[1].splitlines()[1].split()[:3] == ["trl", "✘", "update"]
+    assert broken.stdout.strip().split("\n\n")[2].splitlines()[1].split()[:3] == ["trl", "✘", "update"]
 
 
 def test_validate_warns_and_the_manifest_records_a_documented_difference(tmp_path: Path) -> None:

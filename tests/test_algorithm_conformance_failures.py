@@ -128,7 +128,7 @@ def test_the_cli_exits_1_naming_the_cell(bend_trl: Callable[[Bend | None], None]
     monkeypatch.setattr(step, "run_step", lambda name, workdir=None: step.StepCell(name, "✔", {"loss": 0.0}))
     real = algorithms.run_algorithms
     monkeypatch.setattr(algorithms, "run_algorithms",
-                        lambda name, workdir=None: real(name, ("dapo", "gspo"), workdir))
+                        lambda name, workdir=None, recipe=(): real(name, ("dapo", "gspo"), workdir))
     bend_trl(None)
     ok = CliRunner().invoke(main, ["conformance", "--algorithms", "--backend", "trl"])
     assert ok.exit_code == 0, ok.output

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agentbridge import adapter_kit as kit
+from agentbridge import adapter as kit
 from agentbridge.backends import Backend, BackendNotInstalled, Job, compile_job, get_backend
 from agentbridge.spec import Spec, SpecError, load_spec
 
@@ -59,7 +59,7 @@ def test_compile_job_writes_the_completed_manifest_once(mini_backend: Any, tmp_p
     assert manifest == json.loads(json.dumps(job.manifest))
     assert manifest["backend"] == "mini" and manifest["versions"]["agentbridge-mini"] == "0.1.0"
     assert manifest["files"] == ["data", "launch.sh", "manifest.json", "mini.json", "spec.yaml"]
-    assert manifest["tasks"] == {"train": 4}
+    assert manifest["tasks"] == {"train": 4, "eval": 2}
     assert len(manifest["chat_template_hash"]) == 64 and manifest["algorithm_differences"] == []
     assert manifest["notes"] == ["backend.options are for backend trl (backend.name): not applied to the mini job"]
     launch = (job.path / "launch.sh").read_text().splitlines()
@@ -95,7 +95,7 @@ def test_a_validator_elsewhere_reports_problems_and_skipped_checks(tmp_path: Pat
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "stub_validator.py").write_text(
         "import sys\n"
-        "from agentbridge import adapter_kit as kit\n"
+        "from agentbridge import adapter as kit\n"
         "from agentbridge.backends import Problem\n\n"
         "def validate_job(job_dir, skipped, *, spec=None):\n"
         "    skipped.append('images: no processor here')\n"

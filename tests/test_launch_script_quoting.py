@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentbridge import adapter_kit as kit
+from agentbridge import adapter as kit
 from agentbridge.backends import compile_job
 from agentbridge.plugins import get_plugins
 from agentbridge.spec import load_spec

@@ -15,6 +15,10 @@ from agentbridge.training.phases import WARM_MODEL, main
 
 SMALL = ["algorithm.warm_start.demos=64", "algorithm.warm_start.max_steps=4", "algorithm.warm_start.target=null",
          "algorithm.warm_start.group_floor=null", "algorithm.warm_start.control=false", "data.eval.size=24"]
+# each backend's launch.sh runs the whole experiment around its stand-in trainer: smaller still (five of them)
+LAUNCH_EVAL, LAUNCH_WARM_STEPS = 8, 2
+LAUNCH_SMALL = [*SMALL[:1], f"algorithm.warm_start.max_steps={LAUNCH_WARM_STEPS}", *SMALL[2:-1],
+                f"data.eval.size={LAUNCH_EVAL}"]
 
 
 def test_prepare_then_finish_write_every_arm(tmp_path: Path) -> None:
@@ -55,6 +59,19 @@ def test_finish_without_a_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.
 
 
 TRAINERS = {"verl": "verl.trainer.main_ppo", "openrlhf": "openrlhf.cli.train_ppo_ray"}
+ENTRY_TRAINERS = ("rlinf", "roll")  # the job's entry.py, run with $PYTHON; slime: $SLIME_DIR/train.py
+BACKENDS = (*TRAINERS, *ENTRY_TRAINERS, "slime")
+# a plugin that records every row its on_metrics hook receives (AGENTBRIDGE_PLUGINS opts the launch's processes in)
+RECORDER = """import json, os
+
+from agentbridge import hookimpl
+
+
+@hookimpl
+def on_metrics(step, metrics, run):
+    with open(os.environ["STANDIN_ON_METRICS"], "a", encoding="utf-8") as f:
+        f.write(json.dumps({"step": step, "metrics": metrics}) + "\\n")
+"""
 
 
 def launch(tmp: Path, backend: str) -> dict[str, Path | dict[str, str]]:
@@ -64,31 +81,60 @@ def launch(tmp: Path, backend: str) -> dict[str, Path | dict[str, str]]:
     import sys
 
     job, run, record = tmp / "job", tmp / "run", tmp / "argv.json"
-    sets = [f"--set={s}" for s in SMALL]
+    sets = [f"--set={s}" for s in LAUNCH_SMALL]
     compiled = subprocess.run([sys.executable, "-m", "agentbridge.cli", "compile", "examples/calculator.yaml",
                                "--backend", backend, "-o", str(job), *sets], capture_output=True, text=True)
     assert compiled.returncode == 0, compiled.stderr
-    python = tmp / "python"  # this interpreter, except for the trainer's module
+    python = tmp / "python"  # this interpreter, except for the trainer's program
     standin = Path(__file__).with_name("trainer_standin.py")
-    python.write_text(f'#!/usr/bin/env bash\nif [ "${{1:-}} ${{2:-}}" = "-m {TRAINERS[backend]}" ]; then shift 2; '
-                      f'exec {sys.executable} {standin} {backend} "$@"; fi\nexec {sys.executable} "$@"\n')
+    trainer = (f'if [ "${{1:-}} ${{2:-}}" = "-m {TRAINERS[backend]}" ]; then shift 2; '
+               f'exec {sys.executable} {standin} {backend} "$@"; fi\n' if backend in TRAINERS else
+               f'case "${{1:-}}" in */entry.py) shift; exec {sys.executable} {standin} {backend} "$@" ;; esac\n'
+               if backend in ENTRY_TRAINERS else "")
+    python.write_text(f'#!/usr/bin/env bash\n{trainer}exec {sys.executable} "$@"\n')
     python.chmod(0o755)
-    env = {**os.environ, "PYTHON": str(python), "RUN_DIR": str(run), "OUT": str(run), "STANDIN_RECORD": str(record)}
+    slime_dir = tmp / "slime"  # slime's checkout: its train.py is the stand-in
+    (slime_dir / "train.py").parent.mkdir()
+    (slime_dir / "train.py").write_text(f"import runpy, sys\nsys.argv = [{str(standin)!r}, 'slime', *sys.argv[1:]]\n"
+                                        f"runpy.run_path({str(standin)!r}, run_name='__main__')\n")
+    (tmp / "plugin").mkdir()
+    (tmp / "plugin" / "standin_recorder.py").write_text(RECORDER)
+    env = {**os.environ, "PYTHON": str(python), "RUN_DIR": str(run), "OUT": str(run), "STANDIN_RECORD": str(record),
+           "SLIME_DIR": str(slime_dir), "STANDIN_ON_METRICS": str(tmp / "on_metrics.jsonl"),
+           "AGENTBRIDGE_PLUGINS": "standin_recorder",
+           "PYTHONPATH": os.pathsep.join([str(tmp / "plugin"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     launched = subprocess.run(["bash", str(job / "launch.sh")], env=env, capture_output=True, text=True)
     assert launched.returncode == 0, launched.stderr[-2000:]
-    return {"job": job, "run": run, "record": record, "env": env}
+    return {"job": job, "run": run, "record": record, "env": env, "on_metrics": tmp / "on_metrics.jsonl"}
+
+
+class Launches(dict[str, dict[str, Any]]):
+    """Each backend's launch, run when a test first asks for it."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        super().__init__()
+        self.factory = factory
+
+    def __missing__(self, backend: str) -> dict[str, Any]:
+        self[backend] = launch(self.factory.mktemp(backend), backend)
+        return self[backend]
 
 
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path | dict[str, str]]]:
-    return {backend: launch(tmp_path_factory.mktemp(backend), backend) for backend in TRAINERS}
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Launches:
+    return Launches(tmp_path_factory)
 
 
-@pytest.mark.parametrize("backend", sorted(TRAINERS))
+# each stand-in's logged steps, as the run's metrics.jsonl rows: (steps, reward/mean of the first, another name)
+STEP_ROWS = {"rlinf": ([1, 2], 0.25, ("rlinf/loss", -0.02)), "roll": ([1, 2, 3], 0.3, ("roll/loss", 0.01)),
+             "slime": ([1, 2], 0.35, ("slime/loss", 0.03))}
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_launch_script_runs_the_arms_around_the_backends_trainer(launched: dict[str, dict[str, Any]], backend: str,
                                                                  tmp_path: Path) -> None:
     """The compiled job's launch.sh: the arms around the backend's trainer, which starts from the warm-started
-    model; the trainer's own step metrics become the run's metrics.jsonl."""
+    model; the trainer's own step metrics become the run's metrics.jsonl, each row handed to on_metrics."""
     import subprocess
 
     job, run, record, env = (launched[backend][k] for k in ("job", "run", "record", "env"))
@@ -96,16 +142,24 @@ def test_launch_script_runs_the_arms_around_the_backends_trainer(launched: dict[
     assert f"{run / WARM_MODEL}" in " ".join(args)  # the trainer started from the warm-started model
     evals = json.loads((run / "eval.json").read_text())
     assert {"before_training", "before_rl", "after_rl"} <= set(evals)
-    assert evals["after_rl"]["n"] == 24 and evals["after_rl"]["mean"] == evals["before_rl"]["mean"]
-    assert json.loads((run / "warm_start.json").read_text())["steps"] == 4
+    assert evals["after_rl"]["n"] == LAUNCH_EVAL and evals["after_rl"]["mean"] == evals["before_rl"]["mean"]
+    assert json.loads((run / "warm_start.json").read_text())["steps"] == LAUNCH_WARM_STEPS
+    assert "| after_rl |" in (run / "report.md").read_text()
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     if backend == "openrlhf":  # after the trainer: its TensorBoard scalars as the run's metrics.jsonl
         assert [r["step"] for r in rows] == [1, 2] and rows[0]["reward/mean"] == 0.5 and rows[0]["time/step_s"] == 4.0
         assert rows[0]["openrlhf/loss"] == pytest.approx(-0.01) and rows[0]["episode/response_tokens"] == 30.0
         assert "2 RL steps, 4.00 s/step on average." in (run / "report.md").read_text()  # converted before finish
-    else:  # veRL's file logger
+    elif backend == "verl":  # veRL's file logger
         assert [r["step"] for r in rows] == [1, 2, 3] and rows[0]["reward/mean"] == pytest.approx(0.5)
         assert rows[0]["throughput/tokens_per_s"] == 500.0 and rows[0]["verl/kl"] == 0.002
+    else:  # RLinf's, ROLL's and slime's TensorBoard scalars
+        steps, reward, (name, value) = STEP_ROWS[backend]
+        assert [r["step"] for r in rows] == steps and rows[0]["reward/mean"] == pytest.approx(reward)
+        assert rows[0][name] == pytest.approx(value) and rows[0]["time/step_s"] > 0
+        assert f"{len(steps)} RL steps" in (run / "report.md").read_text()  # converted before finish
+    seen = [json.loads(x) for x in launched[backend]["on_metrics"].read_text().splitlines()]
+    assert [s["metrics"] for s in seen if s["metrics"] in rows] == rows  # the plugin's hook got each row, in order
 
     alone = tmp_path / "alone"  # AGENTBRIDGE_PHASES=off: the trainer alone, from the spec's model
     env = {**env, "RUN_DIR": str(alone), "OUT": str(alone), "AGENTBRIDGE_PHASES": "off"}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agentbridge.adapter_kit import flatten
+from agentbridge.adapter import flatten
 from agentbridge.backends import compile_job
 from agentbridge.plugins import get_plugins
 from agentbridge.spec import SpecError, json_schema, load_spec, parse_spec
@@ -181,10 +181,11 @@ def test_loss_agg_reaches_the_backend_or_is_refused_in_one_line(tmp_path: Path, 
         _expect(native(tmp_path, backend, loss_agg=mode), expected, backend)
         return
     lines = problems(tmp_path, backend, loss_agg=mode)
-    can = [b for b in BACKENDS if LOSS_AGG_NATIVE[b][mode] is not None]
+    can = sorted(b for b in BACKENDS if LOSS_AGG_NATIVE[b][mode] is not None)
     assert len(lines) == 1, lines
-    assert lines[0].startswith(f"algorithm.loss_agg: {backend} cannot aggregate grpo's loss as {mode} (")
-    assert lines[0].endswith(f"; backends that can: {', '.join(can)}")
+    assert lines[0].startswith(f"algorithm.loss_agg: {backend} cannot run grpo with loss_agg {mode} (")
+    named = lines[0].rsplit("; backends that can: ", 1)[1].split(", ")  # the installed ones (a test's may join)
+    assert set(can) <= set(named) and backend not in named and named == sorted(named)
     with pytest.raises(SpecError) as refused:
         compile_job(parse_spec(_raw(_model(tmp_path), backend, loss_agg=mode)), get_plugins().backends.get(backend),
                     tmp_path / "refused")
@@ -193,8 +194,8 @@ def test_loss_agg_reaches_the_backend_or_is_refused_in_one_line(tmp_path: Path, 
 
 def test_openrlhfs_gspo_takes_only_its_own_aggregation(tmp_path: Path) -> None:
     lines = problems(tmp_path, "openrlhf", name="gspo", loss_agg="token_mean")
-    assert lines == ["algorithm.loss_agg: openrlhf cannot aggregate gspo's loss as token_mean (OpenRLHF's gspo "
-                     "policy loss is always seq-mean-token-mean); backends that can: trl, verl, slime"]
+    assert lines == ["algorithm.loss_agg: openrlhf cannot run gspo with loss_agg token_mean (OpenRLHF's gspo "
+                     "policy loss is always seq-mean-token-mean); backends that can: slime, trl, verl"]
     assert problems(tmp_path / "smtm", "openrlhf", name="gspo", loss_agg="seq_mean_token_mean") == []
 
 
@@ -240,3 +241,134 @@ def test_the_schema_documents_each_recipe_field() -> None:
         assert defs["AlgorithmSpec"]["properties"][field].get("description"), field
     for field in ("low", "high", "dual"):
         assert defs["ClipSpec"]["properties"][field].get("description"), field
+
+
+# algorithm.scale_advantages (on grpo) -> the native setting, or None: refused
+SCALE_NATIVE: dict[str, dict[str, dict[str, Any] | None]] = {
+    "trl": {"group": {"scale_rewards": "group"}, "batch": {"scale_rewards": "batch"},
+            "none": {"scale_rewards": "none"}},
+    "verl": {"group": {"algorithm.norm_adv_by_std_in_grpo": True}, "batch": None,
+             "none": {"algorithm.norm_adv_by_std_in_grpo": False}},
+    "openrlhf": {"group": {"algo.advantage.estimator": "group_norm"}, "batch": None,
+                 "none": {"algo.advantage.estimator": "dr_grpo"}},
+    "rlinf": {"group": {"algorithm.adv_type": "grpo"}, "batch": None, "none": None},
+    "slime": {"group": {"disable-grpo-std-normalization": None}, "batch": None,
+              "none": {"disable-grpo-std-normalization": True}},
+    "roll": {"group": {"reward_normalization.norm_std_type": "group"},
+             "batch": {"reward_normalization.norm_std_type": "batch", "reward_normalization.norm_mean_type": "group"},
+             "none": {"reward_normalization.norm_std_type": None}},
+}
+# epochs 2 and mini_batches 2 (of batch_size 2, group_size 4, one GPU) -> the native settings, or None: refused
+UPDATES_NATIVE: dict[str, dict[str, Any] | None] = {
+    "trl": {"num_iterations": 2, "steps_per_generation": 2, "gradient_accumulation_steps": 1},
+    "verl": {"actor_rollout_ref.actor.ppo_epochs": 2, "actor_rollout_ref.actor.ppo_mini_batch_size": 1},
+    "openrlhf": {"train.max_epochs": "2", "train.batch_size": "4"},
+    "rlinf": None, "slime": None,
+    "roll": {"ppo_epochs": 2, "actor_train.training_args.gradient_accumulation_steps": 4},
+}
+
+
+def _native_or_refused(tmp_path: Path, backend: str, expected: dict[str, Any] | None, field: str,
+                       **algorithm: Any) -> None:
+    if expected is not None:
+        assert problems(tmp_path, backend, **algorithm) == []
+        _expect(native(tmp_path, backend, **algorithm), expected, backend)
+        return
+    lines = problems(tmp_path, backend, **algorithm)
+    assert len(lines) == 1 and lines[0].startswith(f"algorithm.{field}: {backend} cannot run grpo with "), lines
+    assert "backends that can: " in lines[0] and backend not in lines[0].split("backends that can: ")[1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_advantage_scaling_reaches_the_backend_or_is_refused_in_one_line(tmp_path: Path, backend: str,
+                                                                        scale: str) -> None:
+    _native_or_refused(tmp_path, backend, SCALE_NATIVE[backend][scale], "scale_advantages", scale_advantages=scale)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_epochs_and_mini_batches_reach_the_backend_or_are_refused(tmp_path: Path, backend: str) -> None:
+    _native_or_refused(tmp_path, backend, UPDATES_NATIVE[backend], "epochs", epochs=2, mini_batches=2)
+
+
+@pytest.mark.parametrize("backend, expected", [
+    ("rlinf", {"algorithm.n_minibatches": 2}), ("slime", {"global-batch-size": 4}),
+    ("verl", {"actor_rollout_ref.actor.ppo_mini_batch_size": 1, "actor_rollout_ref.actor.ppo_epochs": None})])
+def test_mini_batches_alone_reach_backends_without_epochs(tmp_path: Path, backend: str,
+                                                           expected: dict[str, Any]) -> None:
+    _native_or_refused(tmp_path, backend, expected, "mini_batches", mini_batches=2)
+
+
+@pytest.mark.parametrize("algorithm, message", [
+    ({"name": "rloo", "scale_advantages": "none"}, "scale_advantages applies to the group-normalised presets"),
+    ({"mini_batches": 3}, "mini_batches (3) must divide batch_size (2)"),
+    ({"epochs": 0}, "epochs"), ({"epochs": 1000}, "epochs")])
+def test_recipe_fields_that_cannot_hold_are_one_line(tmp_path: Path, algorithm: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_spec(_raw(_model(tmp_path), "verl", **algorithm))
+    assert len(refused.value.problems) == 1 and message in refused.value.problems[0]
+
+
+LORA = {"rank": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+# model.lora -> the native settings, or None: refused (TRL trains it through PEFT in its entry: tests/test_trl_lora.py)
+LORA_NATIVE: dict[str, dict[str, Any] | None] = {
+    "verl": {"actor_rollout_ref.model.lora_rank": 16, "actor_rollout_ref.model.lora_alpha": 32.0,
+             "actor_rollout_ref.model.target_modules": ["q_proj", "v_proj"]},
+    "roll": {"actor_train.model_args.lora_target": "q_proj,v_proj", "actor_train.model_args.lora_rank": 16,
+             "actor_train.model_args.lora_alpha": 32.0, "actor_train.model_args.lora_dropout": 0.0},
+    "openrlhf": None, "rlinf": None, "slime": None,
+    "trl": {},  # peft_config, built by the job's entry from spec.yaml (adapters/trl/tests/test_trl_lora.py)
+}
+
+
+def _lora_raw(tmp_path: Path, backend: str, lora: dict[str, Any]) -> dict[str, Any]:
+    raw = _raw(_model(tmp_path), backend)
+    raw["model"]["lora"] = lora
+    return raw
+
+
+@pytest.mark.parametrize("backend", sorted(LORA_NATIVE))
+def test_lora_reaches_the_backend_or_is_refused_in_one_line(tmp_path: Path, backend: str) -> None:
+    if backend not in get_plugins().backends:
+        pytest.skip(f"the {backend} adapter is not installed here")
+    spec = parse_spec(_lora_raw(tmp_path, backend, LORA))
+    adapter = get_plugins().backends.get(backend)
+    lines = [str(p) for p in adapter.check(spec)]
+    expected = LORA_NATIVE[backend]
+    if expected is None:
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(f"model.lora: {backend} cannot run grpo with model.lora (")
+        assert "backends that can: " in lines[0] and all(b in lines[0] for b in ("roll", "trl", "verl"))
+        return
+    assert lines == []
+    job = compile_job(spec, adapter, tmp_path / "job")
+    if backend == "trl":
+        assert yaml.safe_load((job.path / "spec.yaml").read_text())["model"]["lora"]["rank"] == 16
+        assert any(n.startswith("model.lora: the warm start") for n in job.manifest["notes"])
+    else:
+        name = {"verl": "agentbridge_job.yaml", "roll": "roll_job.yaml"}[backend]
+        _expect(flatten(yaml.safe_load((job.path / name).read_text())), expected, backend)
+    assert job.manifest["spec_hash"] != compile_job(parse_spec(_raw(_model(tmp_path), backend)), adapter,
+                                                    tmp_path / "plain").manifest["spec_hash"]
+
+
+def test_lora_defaults_and_bounds(tmp_path: Path) -> None:
+    spec = parse_spec(_lora_raw(tmp_path, "roll", {"rank": 8}))
+    assert spec.model.lora is not None and spec.model.lora.scaling_alpha() == 16.0
+    assert spec.model.lora.target_modules == "all-linear"
+    job = compile_job(spec, get_plugins().backends.get("roll"), tmp_path / "job")
+    assert flatten(yaml.safe_load((job.path / "roll_job.yaml").read_text()))[
+        "actor_train.model_args.lora_target"] == "all"
+    for bad in ({"rank": 0}, {"rank": 8, "dropout": 1.5}, {"rank": 8, "target_modules": []},
+                {"rank": 8, "target_modules": [""]}, {"rank": 8, "alpha": float("nan")}):
+        with pytest.raises(SpecError):
+            parse_spec(_lora_raw(tmp_path, "roll", bad))
+    assert "lora" not in load_spec("examples/calculator.yaml").model.model_dump()  # hashes of specs without it stay
+
+
+def test_verl_refuses_lora_dropout_it_cannot_set(tmp_path: Path) -> None:
+    if "verl" not in get_plugins().backends:
+        pytest.skip("the verl adapter is not installed here")
+    spec = parse_spec(_lora_raw(tmp_path, "verl", {**LORA, "dropout": 0.05}))
+    (line,) = [str(p) for p in get_plugins().backends.get("verl").check(spec)]
+    assert line.startswith("model.lora: verl cannot run grpo with model.lora (veRL 0.9.1's FSDP LoRA has no dropout")

@@ -1,5 +1,6 @@
 """``python -m agentbridge.conformance records NAME --kind K --workdir DIR``: a backend's golden records as JSON;
-``... algorithms NAME --workdir DIR``: its algorithm quantities on the golden batch.
+``... algorithms NAME --workdir DIR [--recipe CASE,...]``: its algorithm quantities on the golden batch (and those of
+the recipe cases).
 
 Run by the suite inside a backend's own environment; prints one JSON line, ``{"records": [...]}`` or
 ``{"error": "..."}``.
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     algorithms.add_argument("backend")
     algorithms.add_argument("--workdir", type=Path, required=True)
     algorithms.add_argument("--algorithms", default="")
+    algorithms.add_argument("--recipe", default="", help="recipe cases (grpo, KL off) to run too, comma-separated")
     args = parser.parse_args(argv)
     enable_golden()
     from agentbridge.conformance.suite import _backend
@@ -35,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
 
         names = tuple(a for a in args.algorithms.split(",") if a) or ALGORITHMS
         try:
-            payload = backend_probe_results(args.backend, args.workdir, names)
+            cases = tuple(c for c in args.recipe.split(",") if c)
+            payload = backend_probe_results(args.backend, args.workdir, names, cases)
         except Exception as e:  # noqa: BLE001 - reported to the calling suite as one line
             payload = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
         sys.stdout.write("\n" + json.dumps(payload) + "\n")

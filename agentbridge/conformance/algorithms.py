@@ -25,6 +25,12 @@ tokens whose clipped surrogate is the one taken, as the backend logs it), ``kl``
 ``probe(job_dir, batch)``) runs that backend's own code, in its own environment, configured by the job directory
 ``compile`` wrote.
 
+The recipe axis: the golden batch under ``grpo`` with KL off and one recipe knob of the spec away from its default
+(:data:`RECIPE_CASES`: clip-higher, dual-clip, each loss aggregation, advantage scaling none / batch), compiled into
+the backend's job and run through the same probe; the reference follows the knob (:class:`Recipe`: ``policy_loss``'s
+clip range, dual-clip and aggregation, ``reference_advantages``' scaling). A knob the backend's ``check`` refuses is
+n/a with the refusal line. Its cells are the variants ``grpo@<case>``, pinned in ``DIFFERENCES`` under that key.
+
 What the probe module declares, and what fails a cell (✘):
 
 - ``DIFFERENCES``: ``algorithm -> quantity -> Documented(why, off, on)``, a difference the backend cannot be
@@ -59,6 +65,49 @@ CLOSE = 1e-3
 PIN_TOLERANCE = 0.01  # a pinned difference holds while its max |Δ| is within 1% (or IDENTICAL) of the pin
 CLIP = {"dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
 GAE_LAMBDA = 0.95
+PRESET_LOSS_AGG = {"grpo": "seq_mean_token_mean", "gspo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm",
+                   "rloo": "seq_mean_token_sum"}  # the others: token_mean
+RECIPE_ALGORITHM = "grpo"  # the recipe axis sets each knob away from its default on this algorithm, KL off
+# the recipe axis: case -> (its row in the recipe table, the spec's settings). clip.dual 1.25 bites on the golden
+# batch: the tokens whose ratio passes it with a negative advantage (-0.783) are response 11's first and third (ratios
+# exp(0.45) = 1.568 and exp(0.25) = 1.284), and the loss moves by 3.8e-3, beyond CLOSE (at 1.5 only the first bites
+# and it moves by 7.4e-4, within CLOSE: a dual-clip left unwritten would pass). The largest golden ratio is 1.568, so
+# a constant of 1.57 or more (3.0, veRL's default, included) never bites
+RECIPE_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "clip_higher": ("clip=0.1/0.3", ("algorithm.clip.low=0.1", "algorithm.clip.high=0.3")),
+    "dual_clip": ("clip.dual=1.25", ("algorithm.clip.dual=1.25",)),
+    "token_mean": ("loss_agg=token_mean", ("algorithm.loss_agg=token_mean",)),
+    "seq_mean_token_sum": ("loss_agg=seq_mean_token_sum", ("algorithm.loss_agg=seq_mean_token_sum",)),
+    "seq_mean_token_sum_norm": ("loss_agg=seq_mean_token_sum_norm", ("algorithm.loss_agg=seq_mean_token_sum_norm",)),
+    "scale_none": ("scale_advantages=none", ("algorithm.scale_advantages=none",)),
+    "scale_batch": ("scale_advantages=batch", ("algorithm.scale_advantages=batch",)),
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The recipe knobs the reference math follows, each None for the algorithm preset's: ``clip`` (low, high),
+    ``dual`` (dual-clip constant: a negative advantage's token loss capped at ``-dual x A``), ``loss_agg`` (how token
+    losses make the loss) and ``scale_advantages`` (group / batch / none: what a group-normalised preset divides the
+    reward minus its group's mean by)."""
+
+    clip: tuple[float, float] | None = None
+    dual: float | None = None
+    loss_agg: str | None = None
+    scale_advantages: str | None = None
+
+    @classmethod
+    def of(cls, algo: Any) -> Recipe:
+        """The recipe of a spec's ``algorithm`` (an ``AlgorithmSpec``)."""
+        from agentbridge.spec.recipe import clip_range, dual_clip
+
+        return cls(clip_range(algo), dual_clip(algo), algo.loss_agg, algo.scale_advantages)
+
+
+def recipe_variant(name: str, case: str) -> str:
+    """The variant (probe result key, DIFFERENCES key, job directory stem) of algorithm ``name`` under recipe case
+    ``case``: ``grpo@token_mean``."""
+    return f"{name}@{case}"
 
 
 @dataclass
@@ -140,8 +189,9 @@ def _whiten(x: Any, mask: Any) -> Any:
     return (x - mean) / (var.sqrt() + 1e-8) * m
 
 
-def reference_advantages(name: str, t: dict[str, Any], kl_coef: float) -> Any:
-    """Per-token advantages (0 outside the mask)."""
+def reference_advantages(name: str, t: dict[str, Any], kl_coef: float, recipe: Recipe | None = None) -> Any:
+    """Per-token advantages (0 outside the mask); ``recipe``'s ``scale_advantages`` for a group-normalised preset:
+    group (the group's unbiased std + 1e-6), batch (the unbiased std of the step's rewards + 1e-6), none."""
     import torch
 
     r, g, m = t["rewards"], t["group"], t["mask"].to(t["logp"].dtype)
@@ -159,14 +209,17 @@ def reference_advantages(name: str, t: dict[str, Any], kl_coef: float) -> Any:
                 last = delta + GAE_LAMBDA * last
                 adv[i, k], nxt = last, t["values"][i, k]
         return _whiten(adv, t["mask"])
+    scale = (recipe.scale_advantages if recipe else None) or ("none" if name == "dr_grpo" else "group")
     out = torch.zeros_like(r)
     for gid in g.unique():
         sel = g == gid
         rg = r[sel]
         if name == "rloo":
             out[sel] = rg - (rg.sum() - rg) / (len(rg) - 1)
-        elif name == "dr_grpo":
+        elif scale == "none":
             out[sel] = rg - rg.mean()
+        elif scale == "batch":
+            out[sel] = (rg - rg.mean()) / (r.std() + 1e-6)
         else:
             out[sel] = (rg - rg.mean()) / (rg.std() + 1e-6)
     return out.unsqueeze(1) * m
@@ -180,27 +233,31 @@ def kept_groups(name: str, t: dict[str, Any]) -> list[int]:
     return [gid for gid in gids if float(t["rewards"][t["group"] == gid].std()) > 0]
 
 
-def reference(name: str, batch: GoldenBatch, kl_coef: float) -> dict[str, Any]:
-    """The reference quantities of algorithm ``name`` on ``batch`` (see the module docstring)."""
+def reference(name: str, batch: GoldenBatch, kl_coef: float, recipe: Recipe | None = None) -> dict[str, Any]:
+    """The reference quantities of algorithm ``name`` on ``batch`` (see the module docstring), under ``recipe``'s
+    knobs where set."""
     import torch
 
     t = batch.tensors(dtype=torch.float64)
     m = t["mask"].to(torch.float64)
-    adv = reference_advantages(name, t, kl_coef)
+    adv = reference_advantages(name, t, kl_coef, recipe)
     # every group enters the loss: which groups dynamic sampling keeps is its own quantity ("kept")
     loss, kl, clipped = policy_loss(name, t["logp"], t["old_logp"], t["ref_logp"], adv, m, kl_coef,
-                                    batch.max_response_tokens)
+                                    batch.max_response_tokens, recipe)
     return {"advantages": (adv * m).tolist(), "loss": float(loss),
             "clip_fraction": float((clipped * m).sum() / m.sum()), "kl": float(kl), "kept": kept_groups(name, t)}
 
 
 def policy_loss(name: str, logp: Any, old_logp: Any, ref_logp: Any, adv: Any, m: Any, kl_coef: float,
-                max_tokens: int) -> tuple[Any, Any, Any]:
+                max_tokens: int, recipe: Recipe | None = None) -> tuple[Any, Any, Any]:
     """The reference policy loss of ``name`` (differentiable in ``logp``): ``(policy loss, KL term in the loss,
-    per-token clip indicator)``; the KL term is 0 where the algorithm puts KL in the reward."""
+    per-token clip indicator)``; the KL term is 0 where the algorithm puts KL in the reward. ``recipe``: its clip
+    range, dual-clip constant (a negative advantage's token loss at most ``-dual x A``; the clip indicator stays the
+    ratio clip's) and loss aggregation (the KL term's too), where set."""
     import torch
 
-    low, high = CLIP.get(name, (0.2, 0.2))
+    recipe = recipe or Recipe()
+    low, high = recipe.clip or CLIP.get(name, (0.2, 0.2))
     log_ratio = logp - old_logp
     if name == "gspo":
         seq = (log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1)
@@ -210,20 +267,25 @@ def policy_loss(name: str, logp: Any, old_logp: Any, ref_logp: Any, adv: Any, m:
     surr1, surr2 = ratio * adv, ratio.clamp(1 - low, 1 + high) * adv
     per_token = -torch.min(surr1, surr2)
     clipped = (surr2 < surr1).to(logp.dtype)
+    if recipe.dual is not None:  # dual-clip PPO (Ye et al. 2020)
+        per_token = torch.where(adv < 0, torch.min(per_token, -adv * recipe.dual), per_token)
     k3 = torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
-    loss = _aggregate(name, per_token, m, max_tokens)
+    loss = _aggregate(name, per_token, m, max_tokens, recipe.loss_agg)
     kl_in_loss = kl_coef > 0 and name not in ("reinforce_pp", "ppo")
-    kl = kl_coef * _aggregate(name, k3, m, max_tokens) if kl_in_loss else torch.zeros((), dtype=logp.dtype)
+    kl = kl_coef * _aggregate(name, k3, m, max_tokens, recipe.loss_agg) if kl_in_loss \
+        else torch.zeros((), dtype=logp.dtype)
     return loss, kl, clipped.detach()
 
 
-def _aggregate(name: str, x: Any, m: Any, max_tokens: int) -> Any:
+def _aggregate(name: str, x: Any, m: Any, max_tokens: int, loss_agg: str | None = None) -> Any:
+    """Token losses ``x`` as the loss: ``loss_agg`` (the spec's names), else algorithm ``name``'s preset."""
+    mode = loss_agg or PRESET_LOSS_AGG.get(name, "token_mean")
     rows = m.sum(-1) > 0
-    if name in ("grpo", "gspo"):  # per-sequence token mean, then mean over sequences
+    if mode == "seq_mean_token_mean":  # per-sequence token mean, then mean over sequences: grpo, gspo
         return ((x * m).sum(-1)[rows] / m.sum(-1)[rows]).mean()
-    if name == "dr_grpo":
+    if mode == "seq_mean_token_sum_norm":  # dr_grpo: a constant normaliser
         return (x * m).sum() / (rows.sum() * max_tokens)
-    if name == "rloo":
+    if mode == "seq_mean_token_sum":  # rloo
         return (x * m).sum(-1)[rows].mean()
     return (x * m).sum() / m.sum()  # token mean: dapo, reinforce_pp, ppo
 
@@ -402,16 +464,20 @@ def max_delta(want: Any, got: Any) -> float:
 
 def compare_cell(name: str, backend: str, got: dict[str, dict[str, Any]], batch: GoldenBatch,
                  known: Mapping[str, Documented | str] | None = None, declared: Mapping[str, str] | None = None,
-                 ) -> Cell:
+                 recipe: Recipe | None = None) -> Cell:
     """Compare a backend's probe output for ``name`` (variants ``name`` and ``name+kl``) with the reference;
     ``known``: the documented differences (a bare reason is an unpinned one, which fails), ``declared``: what the
-    probe cannot produce (any other quantity missing or None in either variant fails)."""
+    probe cannot produce (any other quantity missing or None in either variant fails). A recipe variant ``name``
+    (``grpo@token_mean``, see :func:`recipe_variant`) is compared with KL off only, against the reference under
+    ``recipe``."""
     pinned = {q: d if isinstance(d, Documented) else _entry((d, False)) for q, d in (known or {}).items()}
     cell = Cell(name, backend, known={q: d.why for q, d in pinned.items()}, pinned=pinned,
                 declared=dict(declared or {}))
-    for variant, coef, side in ((name, 0.0, "off"), (f"{name}+kl", KL_COEF, "on")):
+    algorithm = name.split("@")[0]
+    sides = ((name, 0.0, "off"),) if "@" in name else ((name, 0.0, "off"), (f"{name}+kl", KL_COEF, "on"))
+    for variant, coef, side in sides:
         quantities = got.get(variant) or {}
-        want = reference(name, batch, coef)
+        want = reference(algorithm, batch, coef, recipe)
         for q in QUANTITIES:
             if quantities.get(q) is None:
                 if q not in cell.declared:
@@ -460,50 +526,78 @@ def declaration_lines(cells: list[Cell]) -> list[str]:
 # ---------------------------------------------------------------------------------------------- running probes
 
 
-def golden_algorithm_spec(name: str, backend: str, kl_coef: float) -> Any:
-    """The golden text spec set to one algorithm, groups of four, and a KL coefficient."""
+def golden_algorithm_spec(name: str, backend: str, kl_coef: float, sets: tuple[str, ...] = ()) -> Any:
+    """The golden text spec set to one algorithm, groups of four, and a KL coefficient (and ``sets``: a recipe
+    case's settings)."""
     from agentbridge.conformance.suite import golden_spec
 
     return golden_spec("text", [f"backend.name={backend}", f"algorithm.name={name}",
-                                f"algorithm.group_size={GROUP_SIZE}", f"algorithm.kl_coef={kl_coef}"])
+                                f"algorithm.group_size={GROUP_SIZE}", f"algorithm.kl_coef={kl_coef}", *sets])
+
+
+def recipe_of_case(case: str, backend: str = "trl") -> Recipe:
+    """The reference's recipe of a recipe case: the knobs of the golden spec with the case's settings."""
+    return Recipe.of(golden_algorithm_spec(RECIPE_ALGORITHM, backend, 0.0, RECIPE_CASES[case][1]).algorithm)
 
 
 def backend_probe_results(backend_name: str, workdir: Path, algorithms: tuple[str, ...] = ALGORITHMS,
-                          ) -> dict[str, Any]:
-    """Compile each algorithm (KL off and on) for ``backend_name`` into ``workdir`` and run the backend's probe
-    on the golden batch; ``{"results": {variant: quantities}, "unsupported": {algorithm: why}}``. Runs here."""
+                          recipe: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Compile each algorithm (KL off and on), and each recipe case of :data:`RECIPE_CASES` in ``recipe`` (KL off),
+    for ``backend_name`` into ``workdir`` and run the backend's probe on the golden batch; ``{"results": {variant:
+    quantities}, "unsupported": {algorithm or recipe variant: the check's refusal}}``. Runs here."""
     from agentbridge.conformance.suite import _backend
 
     backend = _backend(backend_name)
     probe = probe_module(backend).probe
     batch = golden_batch()
     out: dict[str, Any] = {"results": {}, "unsupported": {}}
-    for name in algorithms:
-        for variant, coef in ((name, 0.0), (f"{name}+kl", KL_COEF)):
-            spec = golden_algorithm_spec(name, backend_name, coef)
-            problems = backend.check(spec)
-            if problems:
-                out["unsupported"][name] = str(problems[0])
-                break
-            job = backend.compile(spec, workdir / variant.replace("+", "_")).path
-            out["results"][variant] = probe(job, batch)
+    runs: list[tuple[str, str, float, tuple[str, ...]]] = [
+        (name, variant, coef, ()) for name in algorithms for variant, coef in ((name, 0.0), (f"{name}+kl", KL_COEF))]
+    runs += [(recipe_variant(RECIPE_ALGORITHM, case), recipe_variant(RECIPE_ALGORITHM, case), 0.0,
+              RECIPE_CASES[case][1]) for case in recipe]
+    for name, variant, coef, sets in runs:
+        if name in out["unsupported"]:
+            continue
+        spec = golden_algorithm_spec(name.split("@")[0], backend_name, coef, sets)
+        problems = backend.check(spec)
+        if problems:
+            out["unsupported"][name] = str(problems[0])
+            continue
+        job = backend.compile(spec, workdir / variant.replace("+", "_").replace("@", "_recipe_")).path
+        out["results"][variant] = probe(job, batch)
     return out
 
 
+def no_probe(backend: Any) -> str:
+    """Why a backend has no algorithm probe ("" when it has one: the module its ``algorithm_probe`` names exists)."""
+    name = getattr(backend, "algorithm_probe", None) or f"{type(backend).__module__.split('.')[0]}.algorithm_probe"
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except ImportError:
+        found = False
+    return "" if found else f"{backend.name} has no algorithm probe ({name} does not exist): its training math is " \
+        "not checked"
+
+
 def run_algorithms(backend_name: str, algorithms: tuple[str, ...] = ALGORITHMS,
-                   workdir: Path | None = None) -> list[Cell]:
-    """The algorithm x backend cells of one backend: its probe runs in this interpreter when its package imports
+                   workdir: Path | None = None, recipe: tuple[str, ...] = ()) -> list[Cell]:
+    """The algorithm x backend cells of one backend, then its recipe cells (``recipe``: cases of
+    :data:`RECIPE_CASES`, algorithm ``grpo@<case>``): its probe runs in this interpreter when its package imports
     here, else in the backend's own environment (``python -m agentbridge.conformance algorithms``)."""
     from agentbridge.backends import backend_python
     from agentbridge.conformance.suite import ConformanceError, _backend
 
     backend = _backend(backend_name)
     module = getattr(backend, "module", backend_name)
+    names = [*algorithms, *(recipe_variant(RECIPE_ALGORITHM, case) for case in recipe)]
+    missing = no_probe(backend)
+    if missing:
+        return [Cell(name, backend_name, "n/a", why=missing) for name in names]
     with tempfile.TemporaryDirectory(prefix=f"algorithms-{backend_name}-") as tmp:
         work = Path(workdir or tmp)
         if importlib.util.find_spec(module) is not None:
             try:
-                payload = backend_probe_results(backend_name, work, algorithms)
+                payload = backend_probe_results(backend_name, work, algorithms, recipe)
             except Exception as e:  # noqa: BLE001 - one line, as from another environment
                 raise ConformanceError(f"backend {backend_name}: {type(e).__name__}: {e}".splitlines()[0]) from e
         else:
@@ -513,7 +607,7 @@ def run_algorithms(backend_name: str, algorithms: tuple[str, ...] = ALGORITHMS,
 
                 raise ConformanceError(f"backend {backend_name}: {no_environment(backend_name, module)}")
             cmd = [python, "-m", "agentbridge.conformance", "algorithms", backend_name, "--workdir", str(work),
-                   "--algorithms", ",".join(algorithms)]
+                   "--algorithms", ",".join(algorithms), "--recipe", ",".join(recipe)]
             result = subprocess.run(cmd, capture_output=True, text=True)
             try:
                 payload = json.loads(result.stdout.strip().splitlines()[-1])
@@ -525,23 +619,49 @@ def run_algorithms(backend_name: str, algorithms: tuple[str, ...] = ALGORITHMS,
                 raise ConformanceError(f"backend {backend_name}: {payload['error']}")
     batch = golden_batch()
     cells = []
-    for name in algorithms:
+    for name in names:
         if name in payload["unsupported"]:
-            cells.append(Cell(name, backend_name, "n/a", why=payload["unsupported"][name]))
+            cells.append(Cell(name, backend_name, "n/a", why=_refusal(backend, name, payload["unsupported"][name])))
         else:
+            knobs = recipe_of_case(name.split("@")[1], backend_name) if "@" in name else None
             cells.append(compare_cell(name, backend_name, payload["results"], batch,
-                                      declared_differences(backend, name), not_produced(backend)))
+                                      declared_differences(backend, name), not_produced(backend), knobs))
     return cells
+
+
+def _refusal(backend: Any, name: str, line: str) -> str:
+    """The check's refusal of variant ``name``, as this interpreter's check says it (its "backends that can" names
+    every backend installed here, not only those in the backend's own environment); ``line`` where it cannot."""
+    algorithm, _, case = name.partition("@")
+    try:
+        spec = golden_algorithm_spec(algorithm, backend.name, 0.0, RECIPE_CASES[case][1] if case else ())
+        problems = [str(p) for p in backend.check(spec)]
+    except Exception:  # noqa: BLE001 - the backend's own line stands
+        return line
+    return problems[0] if problems else line
 
 
 def table(cells: list[Cell], backends: list[str]) -> str:
     """The algorithm x backend table as plain text (✔ identical, ≈ within tolerance, ≠ documented difference,
     ✘ with the quantity)."""
-    by = {(c.algorithm, c.backend): c for c in cells}
     names = [a for a in ALGORITHMS if any(c.algorithm == a for c in cells)]
-    rows = [["algorithm", *backends]]
-    for a in names:
-        row = [a]
+    return _table(cells, backends, [(a, a) for a in names], "algorithm")
+
+
+def recipe_table(cells: list[Cell], backends: list[str]) -> str:
+    """The recipe knob x backend table (grpo, KL off, each knob away from its default) as plain text: ✔, ≈, ≠ a
+    pinned documented difference, ✘ with the quantity, n/a where the backend's check refuses the knob; empty when
+    there are no recipe cells."""
+    rows = [(recipe_variant(RECIPE_ALGORITHM, case), label) for case, (label, _) in RECIPE_CASES.items()
+            if any(c.algorithm == recipe_variant(RECIPE_ALGORITHM, case) for c in cells)]
+    return _table(cells, backends, rows, f"recipe ({RECIPE_ALGORITHM}, KL off)") if rows else ""
+
+
+def _table(cells: list[Cell], backends: list[str], names: list[tuple[str, str]], head: str) -> str:
+    by = {(c.algorithm, c.backend): c for c in cells}
+    rows = [[head, *backends]]
+    for a, label in names:
+        row = [label]
         for b in backends:
             c = by.get((a, b))
             if c is None:

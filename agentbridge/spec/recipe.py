@@ -1,5 +1,7 @@
-"""The recipe knobs of ``algorithm`` (``clip``, ``entropy_coef``, ``max_grad_norm``, ``loss_agg``): the values each
-algorithm preset implies, and which backends can honour an explicit value.
+"""The recipe knobs of ``algorithm`` (``clip``, ``entropy_coef``, ``max_grad_norm``, ``loss_agg``,
+``scale_advantages``, ``epochs``, ``mini_batches``): the values each
+algorithm preset implies. Which backends can honour an explicit value each adapter declares
+(``Adapter.recipe_why_not`` / ``recipe_refusals``).
 
 Every knob is null by default, meaning the algorithm preset's value, so a spec without them compiles to the job it
 compiled to before they existed. An explicit value is written to each backend's own setting; where a backend has no
@@ -13,24 +15,15 @@ from typing import TYPE_CHECKING, Literal, get_args
 if TYPE_CHECKING:
     from agentbridge.spec.schema import AlgorithmSpec
 
-RECIPE_FIELDS = ("clip", "entropy_coef", "max_grad_norm", "loss_agg")
+RECIPE_FIELDS = ("clip", "entropy_coef", "max_grad_norm", "loss_agg", "scale_advantages", "epochs", "mini_batches")
 LossAgg = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
 LOSS_AGG: tuple[str, ...] = get_args(LossAgg)
-BACKENDS = ("trl", "verl", "openrlhf", "rlinf", "slime", "roll")
-
+ScaleAdvantages = Literal["group", "batch", "none"]
+SCALE_ADVANTAGES: tuple[str, ...] = get_args(ScaleAdvantages)
+GROUP_NORMALISED = ("grpo", "dr_grpo", "dapo", "gspo")  # presets whose advantage is the reward minus its group's mean
 DEFAULT_CLIP = (0.2, 0.2)
 PRESET_CLIP: dict[str, tuple[float, float]] = {"dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
 """(low, high) of the ratio clip each preset sets on every backend that runs it; (0.2, 0.2) for the others."""
-
-_OPENRLHF_AGG = "OpenRLHF 0.11.2's --actor.loss_agg_mode is token-mean or seq-mean-token-mean"
-LOSS_AGG_WHY_NOT: dict[str, dict[str, str]] = {
-    "openrlhf": {"seq_mean_token_sum": _OPENRLHF_AGG, "seq_mean_token_sum_norm": _OPENRLHF_AGG},
-    "rlinf": {"seq_mean_token_sum_norm": "RLinf 0.3.0's loss_agg_func has no constant normaliser"},
-    "slime": {"seq_mean_token_sum": "slime has no pg-loss reducer summing each sample's tokens"},
-    "roll": {"seq_mean_token_sum_norm": "ROLL's seq-mean-token-sum-norm divides by the padded sequence width "
-                                        "(prompt included), not agent.max_response_tokens"},
-}
-"""backend -> loss_agg mode -> why the backend cannot aggregate its loss that way (absent: it can)."""
 
 
 def preset_clip(name: str) -> tuple[float, float]:
@@ -52,8 +45,15 @@ def dual_clip(algo: AlgorithmSpec) -> float | None:
     return None if algo.clip is None else algo.clip.dual
 
 
-def loss_agg_why_not(backend: str, algorithm: str, mode: str) -> str | None:
-    """Why ``backend`` cannot aggregate ``algorithm``'s loss as ``mode``; None when it can."""
-    if backend == "openrlhf" and algorithm == "gspo" and mode != "seq_mean_token_mean":
-        return "OpenRLHF's gspo policy loss is always seq-mean-token-mean"
-    return LOSS_AGG_WHY_NOT.get(backend, {}).get(mode)
+
+def scale_advantages(algo: AlgorithmSpec) -> str | None:
+    """How a group-normalised preset scales its advantages: the explicit value, else the preset's (none for dr_grpo,
+    group for the others); None for the presets that set their own advantage."""
+    if algo.name not in GROUP_NORMALISED:
+        return None
+    return algo.scale_advantages or ("none" if algo.name == "dr_grpo" else "group")
+
+
+def updates(algo: AlgorithmSpec) -> tuple[int, int]:
+    """(epochs, mini-batches) of the updates over each step's episodes: the explicit values, else one of each."""
+    return algo.epochs or 1, algo.mini_batches or 1

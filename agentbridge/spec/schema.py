@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentbridge.spec.recipe import RECIPE_FIELDS, LossAgg, clip_range, preset_clip
+from agentbridge.spec.recipe import GROUP_NORMALISED, RECIPE_FIELDS, LossAgg, ScaleAdvantages, clip_range, preset_clip
 
 ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo")
 
@@ -36,6 +36,9 @@ MAX_BATCH = 65_536             # prompts (or SFT rows) per step
 MAX_GROUP = 1024               # samples per prompt
 MAX_TASKS = 10_000_000         # tasks in a data split, warm-start demonstrations
 MAX_EPOCHS = 1000
+MAX_UPDATE_EPOCHS = 100        # PPO epochs over one step's episodes
+MAX_LORA_RANK = 4096
+MAX_LORA_ALPHA = 1e5
 MAX_MINUTES = 7 * 24 * 60      # a week
 MAX_LR = 1.0
 MAX_KL = 10.0
@@ -75,11 +78,37 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class LoraSpec(_Strict):
+    """Train a low-rank adapter instead of every weight; the reference policy is the base model without it."""
+
+    rank: Int = Field(gt=0, le=MAX_LORA_RANK, description="The adapter's rank r")
+    alpha: Annotated[FiniteFloat, Field(gt=0, le=MAX_LORA_ALPHA)] | None = Field(
+        None, description="Scaling alpha (the update is alpha / r times the low-rank product); null: 2 x rank")
+    dropout: Fraction = Field(0.0, description="Dropout on the adapter's input")
+    target_modules: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | Literal[
+            "all-linear"] = Field(
+        "all-linear", description="The modules that get an adapter: all-linear, or their names (q_proj, v_proj, ...)")
+
+    def scaling_alpha(self) -> float:
+        """alpha, or its default, 2 x rank."""
+        return self.alpha if self.alpha is not None else 2.0 * self.rank
+
+
 class ModelSpec(_Strict):
     path: str = Field("builtin:tiny", description="Local model dir, hub id, or builtin:tiny / builtin:tiny-qwen2.5")
     chat_template: Annotated[str, Field(min_length=1)] | None = Field(
         None, description="Override: a template file path or a vendored name")
     tool_call_format: str = Field("hermes", description="Id of the tool-call parser")
+    lora: LoraSpec | None = Field(None, description="Train a LoRA adapter instead of every weight (null: full "
+                                  "fine-tuning)")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_lora(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without LoRA the model dumps and hashes as it did before the field existed."""
+        data: dict[str, Any] = handler(self)
+        if data.get("lora", 0) is None:
+            del data["lora"]
+        return data
 
     @field_validator("path")
     @classmethod
@@ -96,18 +125,19 @@ class ModelSpec(_Strict):
 
 
 class SamplingSpec(_Strict):
-    temperature: FiniteFloat = Field(1.0, ge=0, le=MAX_TEMPERATURE)
-    top_p: FiniteFloat = Field(1.0, gt=0.0, le=1.0)
+    temperature: FiniteFloat = Field(1.0, ge=0, le=MAX_TEMPERATURE,
+                                     description="Sampling temperature of RL's rollouts (evaluation is greedy)")
+    top_p: FiniteFloat = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling: 1.0 keeps every token")
     top_k: Int = Field(0, ge=0, le=MAX_TOP_K, description="0: no top-k cut")
 
 
 class AgentSpec(_Strict):
-    system_prompt: str | None = None
-    max_turns: Int = Field(6, gt=0, le=MAX_TURNS)
-    max_prompt_tokens: Int = Field(1024, gt=0, le=MAX_TOKENS)
+    system_prompt: str | None = Field(None, description="The system message of every episode (null: none)")
+    max_turns: Int = Field(6, gt=0, le=MAX_TURNS, description="Assistant turns per episode at most")
+    max_prompt_tokens: Int = Field(1024, gt=0, le=MAX_TOKENS, description="Budget for the first prompt's tokens")
     max_response_tokens: Int = Field(2048, gt=0, le=MAX_TOKENS, description="Budget for everything after the prompt")
-    max_tokens_per_turn: Int = Field(256, gt=0, le=MAX_TOKENS)
-    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    max_tokens_per_turn: Int = Field(256, gt=0, le=MAX_TOKENS, description="Tokens one assistant turn may generate")
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec, description="How RL's rollouts sample")
     max_error_rate: Fraction = Field(0.5, description=(
         "Stop training when more than this share of recent episodes ended in error (a broken environment, tool "
         "server or template), instead of training on reward-0 episodes; 1 never stops"))
@@ -121,15 +151,15 @@ class AgentSpec(_Strict):
 
 
 class EnvironmentSpec(_Strict):
-    id: str
-    args: dict[str, Any] = Field(default_factory=dict)
+    id: str = Field(description="A registered environment id (agentbridge plugins list)")
+    args: dict[str, Any] = Field(default_factory=dict, description="The environment's typed arguments")
 
 
 class RewardSpec(_Strict):
-    id: str
+    id: str = Field(description="A registered reward id")
     weight: FiniteFloat = Field(1.0, ge=-MAX_WEIGHT, le=MAX_WEIGHT,
                                 description=f"A finite number (not .nan or .inf), at most {MAX_WEIGHT:g} either way")
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = Field(default_factory=dict, description="The reward's typed arguments")
     per: Literal["episode", "turn"] = Field(
         "episode", description="episode: scores the whole episode once; turn: a process reward, scoring each "
         "assistant turn (the episode up to that turn and what the environment answered it)")
@@ -138,12 +168,13 @@ class RewardSpec(_Strict):
 class DatasetSpec(_Strict):
     """Either a registered generator (``id`` + ``split``/``size``/``seed``) or a JSONL file (``path``)."""
 
-    id: str | None = None
-    path: str | None = None
-    split: str = "train"
-    size: Annotated[Int, Field(gt=0, le=MAX_TASKS)] | None = None
+    id: str | None = Field(None, description="A registered dataset id (or give path)")
+    path: str | None = Field(None, description="A JSONL file of tasks (or give id)")
+    split: str = Field("train", description="The dataset's split: train, eval or dev draw disjoint tasks")
+    size: Annotated[Int, Field(gt=0, le=MAX_TASKS)] | None = Field(
+        None, description="Tasks to draw (null: the dataset's default)")
     seed: Seed = 0
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = Field(default_factory=dict, description="The dataset's typed arguments")
 
     @model_validator(mode="after")
     def _one_source(self) -> DatasetSpec:
@@ -153,7 +184,7 @@ class DatasetSpec(_Strict):
 
 
 class DataSpec(_Strict):
-    train: DatasetSpec
+    train: DatasetSpec = Field(description="The tasks RL trains on")
     eval: DatasetSpec | None = Field(None, description="Held-out tasks: every evaluation arm is scored on them")
     dev: DatasetSpec | None = Field(None, description="Tasks the warm start checks to decide when to stop; "
                                                       "distinct from train and eval")
@@ -168,10 +199,10 @@ class WarmStartSpec(_Strict):
     whichever comes first.
     """
 
-    demos: Int = Field(2000, gt=0, le=MAX_TASKS)
-    epochs: Int = Field(1, gt=0, le=MAX_EPOCHS)
-    lr: FiniteFloat = Field(1e-3, gt=0, le=MAX_LR)
-    batch_size: Int = Field(32, gt=0, le=MAX_BATCH)
+    demos: Int = Field(2000, gt=0, le=MAX_TASKS, description="Scripted demonstrations to train on")
+    epochs: Int = Field(1, gt=0, le=MAX_EPOCHS, description="Passes over the demonstrations (without max_steps)")
+    lr: FiniteFloat = Field(1e-3, gt=0, le=MAX_LR, description="The warm start's learning rate")
+    batch_size: Int = Field(32, gt=0, le=MAX_BATCH, description="Demonstrations per SFT step")
     target: Annotated[FiniteFloat, Field(gt=0, le=1)] | None = Field(
         None, description="Stop at this dev success (needs data.dev)")
     group_floor: Fraction | None = Field(None, description="With target: every task group's dev success "
@@ -199,13 +230,15 @@ class ClipSpec(_Strict):
 
 
 class AlgorithmSpec(_Strict):
-    name: Literal["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo"] = "grpo"
-    group_size: Int = Field(8, gt=0, le=MAX_GROUP)
+    name: Literal["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo"] = Field(
+        "grpo", description="The algorithm preset; the recipe fields below override its values")
+    group_size: Int = Field(8, gt=0, le=MAX_GROUP, description="Samples per prompt")
     batch_size: Int = Field(64, gt=0, le=MAX_BATCH, description="Prompts per step; each is sampled group_size times")
-    lr: FiniteFloat = Field(1e-6, gt=0, le=MAX_LR)
-    kl_coef: FiniteFloat = Field(0.0, ge=0, le=MAX_KL)
-    steps: Int = Field(200, gt=0, le=MAX_STEPS)
-    warmup_steps: Int = Field(0, ge=0, le=MAX_STEPS)
+    lr: FiniteFloat = Field(1e-6, gt=0, le=MAX_LR, description="The actor's learning rate")
+    kl_coef: FiniteFloat = Field(0.0, ge=0, le=MAX_KL, description="KL coefficient against the reference policy "
+                                 "(0: no reference model)")
+    steps: Int = Field(200, gt=0, le=MAX_STEPS, description="RL steps")
+    warmup_steps: Int = Field(0, ge=0, le=MAX_STEPS, description="Learning-rate warmup steps")
     warm_start: WarmStartSpec | None = None
     credit: Literal["episode", "turn"] = Field(
         "episode", description="episode: the episode's reward on its last token; turn: each turn's process reward "
@@ -222,6 +255,25 @@ class AlgorithmSpec(_Strict):
         "seq_mean_token_mean (each sequence's token mean, then the mean over sequences), seq_mean_token_sum (each "
         "sequence's token sum, then the mean), seq_mean_token_sum_norm (Dr. GRPO: the token sum divided by "
         "agent.max_response_tokens, then the mean); null: the preset's")
+    scale_advantages: ScaleAdvantages | None = Field(
+        None, description="How a group-normalised preset (grpo, dr_grpo, dapo, gspo) scales each reward minus its "
+        "group's mean: group (divided by the group's reward std), batch (by the std over the step's rewards), none "
+        "(not divided); null: the preset's (none for dr_grpo, group for the others)")
+    epochs: Annotated[Int, Field(gt=0, le=MAX_UPDATE_EPOCHS)] | None = Field(
+        None, description="Passes of updates over each step's episodes (PPO epochs; null: the preset's, 1)")
+    mini_batches: Annotated[Int, Field(gt=0, le=MAX_BATCH)] | None = Field(
+        None, description="Optimizer steps per pass, each over batch_size / mini_batches prompts' episodes (null: the "
+        "preset's, 1: one update per step)")
+
+    @model_validator(mode="after")
+    def _recipe_fits(self) -> AlgorithmSpec:
+        if self.scale_advantages is not None and self.name not in GROUP_NORMALISED:
+            raise ValueError(f"scale_advantages applies to the group-normalised presets ({', '.join(GROUP_NORMALISED)})"
+                             f"; {self.name} sets its own advantage")
+        if self.mini_batches is not None and self.batch_size % self.mini_batches:
+            raise ValueError(f"mini_batches ({self.mini_batches}) must divide batch_size ({self.batch_size}): each "
+                             "mini-batch holds whole groups")
+        return self
 
     @model_validator(mode="after")
     def _dual_above_high(self) -> AlgorithmSpec:
@@ -243,14 +295,16 @@ class AlgorithmSpec(_Strict):
 
 
 class ResourcesSpec(_Strict):
-    nodes: Int = Field(1, gt=0, le=MAX_NODES)
-    gpus_per_node: Int = Field(0, ge=0, le=MAX_GPUS_PER_NODE)
+    nodes: Int = Field(1, gt=0, le=MAX_NODES, description="Machines the job runs on")
+    gpus_per_node: Int = Field(0, ge=0, le=MAX_GPUS_PER_NODE, description="GPUs per machine (0: CPU)")
 
 
 class BackendSpec(_Strict):
-    name: str = "trl"
-    options: dict[str, Any] = Field(default_factory=dict)
-    overrides: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field("trl", description="The backend this spec trains on by default (--backend overrides it)")
+    options: dict[str, Any] = Field(default_factory=dict, description="The backend's adapter options (agentbridge "
+                                    "backends lists them); applied only when this is the spec's backend")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="The backend's own config keys, dotted, set "
+                                      "last and verbatim; applied only when this is the spec's backend")
 
 
 TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")  # each an optional extra: pip install 'agentbridge[NAME]'
@@ -262,11 +316,11 @@ class LoggingSpec(_Strict):
     the ``on_metrics`` hook. Files go under the run directory: ``tensorboard/``, ``wandb/`` (offline unless
     ``WANDB_MODE`` says otherwise), ``mlruns/`` (unless ``MLFLOW_TRACKING_URI`` is set), ``trackio/``."""
 
-    tensorboard: bool = False
-    wandb: bool = False
-    mlflow: bool = False
-    trackio: bool = False
-    project: str | None = None  # the tracker's project (default: the spec's name)
+    tensorboard: bool = Field(False, description="TensorBoard events under the run's tensorboard/")
+    wandb: bool = Field(False, description="Weights & Biases (offline unless WANDB_MODE says otherwise)")
+    mlflow: bool = Field(False, description="MLflow (mlruns/ unless MLFLOW_TRACKING_URI is set)")
+    trackio: bool = Field(False, description="Trackio under the run's trackio/")
+    project: str | None = Field(None, description="The trackers' project (null: the spec's name)")
 
     def enabled(self) -> list[str]:
         return [name for name in TRACKERS if getattr(self, name)]
@@ -276,17 +330,18 @@ class Spec(_Strict):
     """One agent: model, agent budgets, environment, tools, rewards, data, algorithm, resources, backend, and the
     trackers its runs log to (``logging``: not part of the spec hash, it does not change what is trained)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    model: ModelSpec = Field(default_factory=ModelSpec)
-    agent: AgentSpec = Field(default_factory=AgentSpec)
-    environment: EnvironmentSpec
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="The spec's name: its runs and jobs "
+                      "are named after it")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The policy model and its chat format")
+    agent: AgentSpec = Field(default_factory=AgentSpec, description="The episode's budgets and sampling")
+    environment: EnvironmentSpec = Field(description="Where the agent acts")
     tools: list[str] = Field(default_factory=list, description="Tool ids, each once; only for an environment "
                              "that runs listed tools (a ToolEnvironment)")
-    reward: list[RewardSpec] = Field(min_length=1)
-    data: DataSpec
-    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
-    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    backend: BackendSpec = Field(default_factory=BackendSpec)
+    reward: list[RewardSpec] = Field(min_length=1, description="Reward components, summed with their weights")
+    data: DataSpec = Field(description="The tasks: train, and optionally eval (held-out) and dev")
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="The RL algorithm and its recipe")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Machines and GPUs")
+    backend: BackendSpec = Field(default_factory=BackendSpec, description="The backend and its own settings")
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
     seed: Seed = 0
 

@@ -129,6 +129,108 @@ def finish(job_dir: Path, run_dir: Path, model_dir: Path, *, quiet: bool = False
     return summary
 
 
+# ---------------------------------------------------------------- the trainer's own step metrics, as the run's rows
+# RLinf, slime and ROLL log their steps to TensorBoard; each adapter's ``run_metrics`` names the tags, these read the
+# event files, write ``metrics.jsonl`` and hand each row to ``on_metrics``.
+
+
+def tensorboard_scalars(source: Path, problems: list[str], skip: tuple[str, ...] = ("agentbridge",)
+                        ) -> dict[int, dict[str, float]]:
+    """``{step: {tag: value}}`` of every scalar in the event files under ``source`` (a folder whose first part is in
+    ``skip`` left out: agentbridge's own tracker writes there); a later file wins for the same step and tag (a
+    resumed run). One line per unreadable file in ``problems``."""
+    if not source.is_dir():
+        problems.append(f"{source}: missing (the trainer's TensorBoard logger did not run)")
+        return {}
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.util.tensor_util import make_ndarray
+    except ImportError:
+        problems.append(f"the tensorboard package is not installed here (pip install tensorboard): {source} not read")
+        return {}
+    files = sorted((p for p in source.rglob("events.out.tfevents.*")
+                    if p.is_file() and p.relative_to(source).parts[0] not in skip), key=lambda p: (p.name, str(p)))
+    steps: dict[int, dict[str, float]] = {}
+    for path in files:  # event file names start with their first event's time: oldest first
+        try:
+            for event in EventFileLoader(str(path)).Load():
+                for value in event.summary.value:
+                    kind = value.WhichOneof("value")
+                    number = value.simple_value if kind == "simple_value" else (
+                        make_ndarray(value.tensor) if kind == "tensor" else None)
+                    if number is not None and getattr(number, "size", 1) == 1:
+                        steps.setdefault(int(event.step), {})[value.tag] = float(number)
+        except Exception as e:  # noqa: BLE001 - one line per bad file, the others are still read
+            problems.append(f"{path}: unreadable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    return steps
+
+
+def step_row(step: int, scalars: dict[str, float], names: dict[str, str], prefix: str,
+             keep: tuple[str, ...] = ()) -> dict[str, float]:
+    """One row: ``step``, each tag under its normalized name (``names``), a tag starting with one of ``keep`` as it is
+    (already agentbridge's name), any other under ``<prefix>/``."""
+    row: dict[str, float] = {"step": step}
+    for tag, value in scalars.items():
+        row[names.get(tag) or (tag if tag.startswith(keep) else f"{prefix}/{tag}")] = float(value)
+    return row
+
+
+def tensorboard_rows(source: Path, problems: list[str], names: dict[str, str], prefix: str,
+                     keep: tuple[str, ...] = ()) -> list[dict[str, float]]:
+    """One :func:`step_row` per step logged under ``source``; the trainers log 0-based steps, a row's ``step`` is
+    the optimizer step it follows (1-based)."""
+    steps = tensorboard_scalars(source, problems)
+    return [step_row(step + 1, steps[step], names, prefix, keep) for step in sorted(steps)]
+
+
+def record_trainer_metrics(run_dir: Path, rows: list[dict[str, float]], spec: Any, problems: list[str]) -> None:
+    """``metrics.jsonl`` of ``rows``, then each row to the plugins' ``on_metrics`` hook, the spec's trackers
+    (``logging:``) among them; a failing plugin is one line in ``problems`` and gets no more rows."""
+    from agentbridge.plugins import get_plugins
+    from agentbridge.runs import write_jsonl
+    from agentbridge.training.trackers import PLUGIN_NAME, Trackers
+
+    write_jsonl(run_dir / "metrics.jsonl", rows)
+    plugins = get_plugins()
+    trackers = Trackers(spec, run_dir, say=problems.append) if spec is not None and spec.logging.enabled() else None
+    if trackers is not None:
+        plugins.register(PLUGIN_NAME, trackers)
+    try:
+        for row in rows:
+            plugins.hook.on_metrics(step=int(row["step"]), metrics=row, run=run_dir)
+    except Exception as e:  # noqa: BLE001 - the run's metrics.jsonl is written already
+        problems.append(f"on_metrics: {type(e).__name__}: {e}")
+    finally:
+        if trackers is not None:
+            plugins.unregister(PLUGIN_NAME)
+            trackers.close()
+
+
+def trainer_metrics_main(argv: list[str] | None, rows_of: Any, label: str) -> int:
+    """``python -m <adapter>.run_metrics RUN_DIR [--job JOB_DIR]``: ``rows_of(run_dir, problems)`` (the trainer's
+    step rows) recorded by :func:`record_trainer_metrics`; problems on stderr; exit 1 when there is no row."""
+    parser = argparse.ArgumentParser(description=f"{label}'s step metrics as the run's metrics.jsonl")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--job", type=Path, default=None, help="The job directory (its spec's trackers get the rows).")
+    args = parser.parse_args(argv)
+    problems: list[str] = []
+    spec = None
+    if args.job is not None:
+        from agentbridge.spec import load_spec
+
+        try:
+            spec = load_spec(args.job / "spec.yaml")
+        except Exception as e:  # noqa: BLE001 - the rows are still written, without the spec's trackers
+            problems.append(f"{args.job / 'spec.yaml'}: not read, no tracker gets the metrics: {type(e).__name__}")
+    rows = rows_of(args.run_dir, problems)
+    if rows:
+        record_trainer_metrics(args.run_dir, rows, spec, problems)
+    for line in problems:
+        print(f"agentbridge: {line}", file=sys.stderr)
+    print(f"agentbridge: {len(rows)} step(s) of {label} metrics in {args.run_dir / 'metrics.jsonl'}", file=sys.stderr)
+    return 0 if rows else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentbridge.training.phases", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

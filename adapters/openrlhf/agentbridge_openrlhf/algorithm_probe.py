@@ -67,7 +67,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
 
     import torch
 
-    from agentbridge.conformance.algorithms import reference_advantages
+    from agentbridge.conformance.algorithms import Recipe, reference_advantages
     from agentbridge.spec import load_spec
     from agentbridge_openrlhf.standins import deepspeed, use_vllm_standin
     from agentbridge_openrlhf.validate import job_argv, parse_args
@@ -97,7 +97,8 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
                                   SimpleNamespace(args=args), None)
     (exp,) = maker.compute_advantages_and_returns([exp])
     ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64),
-                                   spec.algorithm.kl_coef).float()
+                                   spec.algorithm.kl_coef,
+                                   Recipe.of(spec.algorithm)).float()
     loss_fn = policy_loss(args)
     loss, clip_ratio, *_ = loss_fn(t["logp"], t["old_logp"], ref_adv, action_mask=mask,
                                    rollout_log_probs=t["old_logp"])

@@ -8,11 +8,11 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from agentbridge import adapter_kit as kit
-from agentbridge.backends import Capabilities, Job, JobError, Problem, Report
+from agentbridge import adapter as kit
+from agentbridge.backends import Capabilities, Job, JobError, Problem
 from agentbridge.models import is_vlm
 from agentbridge.runs import write_jsonl
-from agentbridge.spec import Spec, dump_spec
+from agentbridge.spec import Spec
 from agentbridge.training.phases import launch_lines
 from agentbridge_openrlhf import __version__
 from agentbridge_openrlhf.config import (
@@ -80,22 +80,32 @@ def dataset_row(spec: Spec, task: Any) -> dict[str, Any]:
     return row
 
 
+LOSS_AGG_MODES = "OpenRLHF 0.11.2's --actor.loss_agg_mode is token-mean or seq-mean-token-mean"
 TRACKERS_NOTE = ("logging: OpenRLHF writes TensorBoard events to <run>/tensorboard; after its trainer they become "
                  "the run's metrics.jsonl, and every tracker of the spec (tensorboard, wandb, mlflow, trackio; "
                  "its package installed in the OpenRLHF environment) gets those rows then, not live")
 
 
-class OpenRLHFBackend:
+class OpenRLHFBackend(kit.Adapter):
     """Compiles a spec into an OpenRLHF 0.11.2 PPO-family job whose agent executor runs agentbridge's driver."""
 
-    name = "openrlhf"
+    name, label, version, pin = "openrlhf", "OpenRLHF", __version__, OPENRLHF_PIN
     module = "openrlhf"  # the conformance suite runs in the environment where this imports
+    algorithms, why_not, known_options = ALGORITHMS, WHY_NOT, dict.fromkeys(OPTIONS)
+    recipe_why_not = {"loss_agg": {"seq_mean_token_sum": LOSS_AGG_MODES, "seq_mean_token_sum_norm": LOSS_AGG_MODES},
+                      "scale_advantages": {"batch": "OpenRLHF 0.11.2's group estimators divide by the group's std "
+                                           "(group_norm) or by nothing (dr_grpo); reinforce_baseline whitens per "
+                                           "token over the batch, which is not the same"}}
+    lora_why_not = ("OpenRLHF 0.11.2 trains the adapter but sends vLLM the unmerged PEFT parameter names, which its "
+                    "weight sync cannot load (OpenRLHF#1349)")
+    validator, conformance_module = "agentbridge_openrlhf.validate", "agentbridge_openrlhf.conformance"
     algorithm_probe = "agentbridge_openrlhf.algorithm_probe"  # the training-math conformance
     step_probe = "agentbridge_openrlhf.step_probe"
     # what the rollout conformance records of OpenRLHF's default job do not hold (None), and why; any other None fails
     rollout_not_held = {"logprobs": "with backend.options.is_correction off the job asks vLLM for no log-probs and "
                                     "keeps no rollout_log_probs (the actor recomputes them); checked under "
                                     "backend.options.is_correction=token"}
+    notes_in_submit = True
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -110,10 +120,15 @@ class OpenRLHFBackend:
                 TRACKERS_NOTE,
             ])
 
-    def check(self, spec: Spec) -> list[Problem]:
-        """What in ``spec`` OpenRLHF cannot run, one line each (needs no OpenRLHF installed)."""
-        problems = [*kit.algorithm_check(self, spec, WHY_NOT), *kit.unknown_options(self, spec, OPTIONS, "OpenRLHF")]
-        problems += kit.recipe_problems(spec, self.name)
+    def recipe_refusals(self, spec: Spec) -> dict[str, str]:
+        refusals = super().recipe_refusals(spec)
+        agg = spec.algorithm.loss_agg
+        if spec.algorithm.name == "gspo" and agg is not None and agg != "seq_mean_token_mean":
+            refusals["algorithm.loss_agg"] = "OpenRLHF's gspo policy loss is always seq-mean-token-mean"
+        return refusals
+
+    def spec_problems(self, spec: Spec) -> list[Problem]:
+        problems = []
         opts = options(spec)
         flags = openrlhf_flags()
         est = estimator(spec)
@@ -152,29 +167,34 @@ class OpenRLHFBackend:
                                                                     f"flag was renamed in 0.10.2){hint}"))
         return problems
 
-    def compile(self, spec: Spec, out: Path) -> Job:
-        """Write the job's files (spec, data/*.jsonl, the agent file, launch.sh, submit.sh); the Job's manifest is
-        filled."""
-        from agentbridge.plugins import get_plugins
-        from agentbridge.rollout.agent import load_tasks
-
-        out = Path(out)
-        (out / "data").mkdir(parents=True, exist_ok=True)
-        train = [dataset_row(spec, t) for t in load_tasks(spec, "train")]
-        evals = [dataset_row(spec, t) for t in load_tasks(spec, "eval")]
+    def write_data(self, draft: kit.Draft) -> None:
+        """``data/*.jsonl`` of OpenRLHF prompt rows; ``facts``: their sizes and images, for the flags."""
+        spec = draft.spec
+        train = [dataset_row(spec, t) for t in draft.train]
+        evals = [dataset_row(spec, t) for t in draft.evals]
         if not train:
             raise ValueError("data.train: no tasks")
-        write_jsonl(out / "data" / "train.jsonl", train)
+        write_jsonl(draft.out / "data" / "train.jsonl", train)
         if evals:
-            write_jsonl(out / "data" / "eval.jsonl", evals)
-        (out / "spec.yaml").write_text(dump_spec(spec))
-        (out / AGENT_FILE).write_text(AGENT_SOURCE.format(name=spec.name, version=__version__, pin=OPENRLHF_PIN))
-        multimodal = is_multimodal(spec, train + evals)
-        sizes = {"train_size": len(train), "eval_size": len(evals), "multimodal": multimodal,
-                 "first_images": max((len(r.get("images") or []) for r in train + evals), default=0)}
-        values = flag_values(spec, model="@MODEL@", job="@JOB@", out="@OUT@", **sizes)
-        get_plugins().hook.modify_backend_config(spec=spec, backend=self.name, config=values)
-        local = to_argv(values)
+            write_jsonl(draft.out / "data" / "eval.jsonl", evals)
+        draft.facts = {"train_size": len(train), "eval_size": len(evals),
+                       "multimodal": is_multimodal(spec, train + evals),
+                       "first_images": max((len(r.get("images") or []) for r in train + evals), default=0)}
+
+    def job_config(self, draft: kit.Draft) -> dict[str, Any]:
+        """``train_ppo_ray``'s flag values (``@MODEL@``, ``@JOB@``, ``@OUT@``: the scripts' variables)."""
+        return flag_values(draft.spec, model="@MODEL@", job="@JOB@", out="@OUT@", **draft.facts)
+
+    def write_config(self, draft: kit.Draft) -> None:
+        """No config file: the flags become the scripts' ``ARGS`` (``facts["argv"]``)."""
+        draft.facts["argv"] = to_argv(draft.config)
+
+    def write_files(self, draft: kit.Draft) -> None:
+        (draft.out / AGENT_FILE).write_text(AGENT_SOURCE.format(name=draft.spec.name, version=__version__,
+                                                                pin=OPENRLHF_PIN))
+
+    def compile_notes(self, draft: kit.Draft) -> list[str]:
+        spec, values = draft.spec, draft.config
         ws = spec.algorithm.warm_start
         warm = NOTES[-1] if ws is not None and ws.control else None  # "algorithm.warm_start.control is not run"
         trackers = [t for t in spec.logging.enabled() if t != "tensorboard"]
@@ -188,21 +208,20 @@ class OpenRLHFBackend:
                          f"stops when its {prompts} prompts are used up, so the job runs about "
                          f"{spec.algorithm.steps} x (the share of groups kept) steps, not {spec.algorithm.steps}; "
                          "more data (data.train.size) or more passes (train.num_episodes) give it more")
-        # `agentbridge compile` prints them
-        notes = [n for n in (kit.foreign_note(self, spec, "OpenRLHF"), warm, late, filtering) if n]
-        kit.write_script(out / "launch.sh", _launch_lines(spec, local), notes)
-        kit.write_script(out / "submit.sh", _submit_lines(spec, local), notes)
-        rm = served(spec)
-        return kit.new_job(self, spec, out, version=__version__, pin=OPENRLHF_PIN,
-                           command=["python", "-m", "openrlhf.cli.train_ppo_ray", *local],
-                           reward_server=None if rm is None else ["python", "-m", SERVER_MODULE,
-                                                                  *server_argv(rm, spec)],
-                           tasks={"train": len(train), "eval": len(evals)}, multimodal=multimodal,
-                           not_run=[warm] if warm else [], notes=notes)
+        draft.facts["not_run"] = [warm] if warm else []
+        return [n for n in (warm, late, filtering) if n]
 
-    def validate(self, job: Job) -> Report:
-        """OpenRLHF's own parser and checks on the command line (in the OpenRLHF environment) + agentbridge's."""
-        return kit.run_validator(job, self, "agentbridge_openrlhf.validate")
+    def launch_lines(self, draft: kit.Draft) -> list[str]:
+        return _launch_lines(draft.spec, draft.facts["argv"])
+
+    def submit_lines(self, draft: kit.Draft) -> list[str]:
+        return _submit_lines(draft.spec, draft.facts["argv"])
+
+    def manifest_extra(self, draft: kit.Draft) -> dict[str, Any]:
+        rm = served(draft.spec)
+        return {"command": ["python", "-m", "openrlhf.cli.train_ppo_ray", *draft.facts["argv"]],
+                "reward_server": None if rm is None else ["python", "-m", SERVER_MODULE, *server_argv(rm, draft.spec)],
+                "multimodal": draft.facts["multimodal"], "not_run": draft.facts["not_run"]}
 
     def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
                extra_args: list[str] | None = None) -> Path:
@@ -212,13 +231,6 @@ class OpenRLHFBackend:
                            f"run {job.path / 'launch.sh'} or submit.sh on a GPU machine")
         return kit.launch_job(job, runner, run_dir, self, label="OpenRLHF", run_dir_variable="OUT",
                               extra_args=extra_args or ())
-
-    def conformance(self, kind: str, workdir: Path) -> list[Any]:
-        """The golden episodes of ``kind`` through OpenRLHF's own rollout path, read back from its training batch
-        (``EpisodeRecord`` list; see :mod:`agentbridge_openrlhf.conformance`). Needs OpenRLHF installed here."""
-        from agentbridge_openrlhf.conformance import golden_records
-
-        return golden_records(kind, Path(workdir))
 
 
 def _args_block(argv: list[str], *, job_variable: bool) -> list[str]:

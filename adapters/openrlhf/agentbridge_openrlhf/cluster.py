@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge.adapter_kit import ray_cluster_nodes
+from agentbridge.adapter import ray_cluster_nodes
 from agentbridge_openrlhf.config import describe_demand, gpu_demand
 
 ADDRESS_ENV = "RAY_ADDRESS"  # where ray.init() (OpenRLHF's too) connects; Ray sets it for a Ray job's entrypoint

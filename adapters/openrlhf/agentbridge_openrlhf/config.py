@@ -129,6 +129,11 @@ def max_len(spec: Spec) -> int:
     return spec.agent.max_prompt_tokens + spec.agent.max_response_tokens
 
 
+# algorithm.scale_advantages -> the group estimator that scales so (experience_maker: group_norm divides by the
+# group's std, dr_grpo subtracts the group's mean only)
+SCALE_ESTIMATORS = {"group": "group_norm", "none": "dr_grpo"}
+
+
 def recipe_flags(spec: Spec) -> dict[str, Any]:
     """Flags of the spec's explicit recipe fields (none for a field left null: the preset's). An entropy
     coefficient of 0 sets no flag: OpenRLHF then skips the entropy, as with no coefficient."""
@@ -145,6 +150,12 @@ def recipe_flags(spec: Spec) -> dict[str, Any]:
         out["actor.max_norm"] = algo.max_grad_norm
     if algo.loss_agg in LOSS_AGG_MODES:
         out["actor.loss_agg_mode"] = LOSS_AGG_MODES[algo.loss_agg]
+    if algo.scale_advantages in SCALE_ESTIMATORS:  # batch is refused (OpenRLHFBackend.recipe_why_not)
+        out["algo.advantage.estimator"] = SCALE_ESTIMATORS[algo.scale_advantages]
+    if algo.epochs is not None:
+        out["train.max_epochs"] = algo.epochs
+    if algo.mini_batches is not None:  # samples per optimizer step
+        out["train.batch_size"] = algo.batch_size * algo.group_size // algo.mini_batches
     return out
 
 

@@ -16,13 +16,12 @@ from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase
 
+from agentbridge.adapter.episode import EpisodeRunner
 from agentbridge.env import Task
-from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.agent_edge import ErrorRateGuard, component_values, fit_limits, reward_components
+from agentbridge.rollout.agent_edge import component_values, reward_components
 from agentbridge.rollout.renderer import Renderer
-from agentbridge.rollout.training import TrainingSequence, episode_metrics, episode_sample
+from agentbridge.rollout.training import TrainingSequence, episode_metrics
 from agentbridge.rollout.trajectory import FINISH_REASONS, Generation, SamplingParams, Trajectory
-from agentbridge.runs import record_episode
 from agentbridge.spec import Spec, load_spec
 
 
@@ -114,47 +113,43 @@ class AgentbridgeExecutor(AgentExecutorBase):
 
     def __init__(self, spec: str | Path | Spec) -> None:
         self.spec = spec if isinstance(spec, Spec) else load_spec(spec)
-        self._agent: Agent | None = None
+        self._runner: EpisodeRunner | None = None
         # the latest episodes, for inspection (tests, debugging): $AGENTBRIDGE_OPENRLHF_KEEP of them, default 0
         self.recent: deque[Trajectory] = deque(maxlen=int(os.environ.get("AGENTBRIDGE_OPENRLHF_KEEP") or 0))
-        self.errors = ErrorRateGuard(self.spec.agent.max_error_rate)
 
-    def agent(self, hf_tokenizer: Any) -> Agent:
-        """The spec's agent, built once per engine actor with OpenRLHF's tokenizer (or VLM processor)."""
-        if self._agent is None:
+    def runner(self, hf_tokenizer: Any, max_length: int) -> EpisodeRunner:
+        """The spec's episode runner, built once per engine actor with OpenRLHF's tokenizer (or VLM processor); its
+        budgets stay inside ``--data.max_len`` (``max_length``: OpenRLHF cuts every sequence there)."""
+        if self._runner is None:
             tokenizer = getattr(hf_tokenizer, "tokenizer", hf_tokenizer)
-            agent = Agent(self.spec, tokenizer)
+            runner = EpisodeRunner(self.spec, tokenizer, "openrlhf", max_total=max_length)
             image_processor = getattr(hf_tokenizer, "image_processor", None)
             if image_processor is not None:
-                agent.renderer = Renderer(tokenizer, tools=agent.renderer.tools,
-                                          chat_template=agent.renderer.chat_template, image_processor=image_processor)
-            self._agent = agent
-        return self._agent
+                renderer = runner.agent.renderer
+                runner.agent.renderer = Renderer(tokenizer, tools=renderer.tools, chat_template=renderer.chat_template,
+                                                 image_processor=image_processor)
+            self._runner = runner
+        return self._runner
 
     async def execute(self, prompt: Any, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any,
                       llm_engine: Any, images: Any = None) -> dict[str, Any]:
         """One episode. ``images``: the row's image references (the dataset's image key), the task's first
         screenshots; later ones come from the environment. Every image the driver saw, in order, becomes
         ``mm_train_inputs`` (``pixel_values``, ``image_grid_thw``) for the actor's forward pass."""
-        agent = self.agent(hf_tokenizer)
+        runner = self.runner(hf_tokenizer, max_length)
         task = task_from_label(label)
         if images:
             from openrlhf.utils.vlm_utils import load_images
 
             task.data.setdefault("images", images)  # the references, as the compiled task had them
             task.images = load_images(images)
-        # OpenRLHF cuts every sequence at --data.max_len: the driver's budgets stay inside it (validate flags a
-        # smaller max_len; this keeps a run that ignores that faithful)
-        agent.limits = fit_limits(agent.limits, max_total=max_length)
-        traj = (await agent.run([task], EnginePolicy(llm_engine, sampling_params), concurrency=1))[0]
+        episode = await runner.run(task, EnginePolicy(llm_engine, sampling_params))
+        traj = episode.trajectory
         self.recent.append(traj)
-        self.errors.record(traj)
-        record_episode(traj, "openrlhf")
         mm = None
         if traj.images and getattr(hf_tokenizer, "image_processor", None) is not None:
             mm = dict(hf_tokenizer.image_processor(images=traj.images, return_tensors="pt"))
-        seq = episode_sample(traj, task, agent.renderer, self.spec.agent.system_prompt)
-        return to_openrlhf(traj, seq, prompt=prompt, label=label, images=images,
+        return to_openrlhf(traj, episode.sample, prompt=prompt, label=label, images=images,
                            with_logprobs=getattr(sampling_params, "logprobs", None) is not None,
                            components=reward_components(self.spec), mm_train_inputs=mm)
 

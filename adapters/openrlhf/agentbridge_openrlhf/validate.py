@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge import adapter_kit as kit
+from agentbridge import adapter as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 from agentbridge_openrlhf.config import OPENRLHF_PIN, OWNED
@@ -343,7 +343,7 @@ def _silent_checks(spec: Any, args: Any, argv: list[str], job_dir: Path, tokeniz
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``JOB [--json]``: the job's problems (:func:`agentbridge.adapter_kit.validator_main`); ``--dump-flags``: the
+    """``JOB [--json]``: the job's problems (:func:`agentbridge.adapter.validator_main`); ``--dump-flags``: the
     installed parser's flags as JSON."""
     args = sys.argv[1:] if argv is None else argv
     if args == ["--dump-flags"]:

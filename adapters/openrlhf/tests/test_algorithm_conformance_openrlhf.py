@@ -34,3 +34,17 @@ def test_validate_warns_and_the_manifest_records_the_kl_aggregation(tmp_path: Pa
         [["algorithm grpo on openrlhf", " kl differs from agentbridge's reference"]]
     no_kl = CliRunner().invoke(main, ["validate", CALC, "--backend", "openrlhf", "--set", "algorithm.name=grpo"])
     assert no_kl.exit_code == 0 and "differs from agentbridge's reference" not in no_kl.output  # KL off
+
+
+def test_the_recipe_row_equals_the_reference_or_is_refused() -> None:
+    """Each recipe knob (grpo, KL off) through OpenRLHF's advantage and PolicyLoss code as the compiled job's argv
+    configures it: the reference, or refused at check (no seq-mean-token-sum(-norm) loss_agg_mode, no batch std)."""
+    from agentbridge.conformance.algorithms import RECIPE_CASES
+
+    cells = {c.algorithm.split("@")[1]: c for c in run_algorithms("openrlhf", (), recipe=tuple(RECIPE_CASES))}
+    assert list(cells) == list(RECIPE_CASES)
+    assert {case for case, c in cells.items() if c.status in ("✔", "≈")} == \
+        {"clip_higher", "dual_clip", "token_mean", "scale_none"}, problem_lines(list(cells.values()))
+    for case in ("seq_mean_token_sum", "seq_mean_token_sum_norm", "scale_batch"):
+        assert cells[case].status == "n/a" and cells[case].why.startswith("algorithm.") and \
+            "openrlhf cannot run grpo with " in cells[case].why, case

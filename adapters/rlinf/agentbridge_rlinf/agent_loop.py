@@ -19,14 +19,11 @@ from omegaconf import DictConfig
 from rlinf.data.io_struct import RolloutResult
 from rlinf.workers.agent.agent_loop import AgentLoopOutput, AgentLoopWorker
 
+from agentbridge import adapter as kit
+from agentbridge.adapter.episode import EpisodeRunner
 from agentbridge.env import Task
-from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.agent_edge import ErrorRateGuard, fit_limits
-from agentbridge.rollout.training import episode_metrics, episode_sample
 from agentbridge.rollout.trajectory import Generation, SamplingParams
-from agentbridge.runs import record_episode
 from agentbridge.spec import load_spec
-from agentbridge_rlinf.data import task_from_answer
 
 
 class ChannelPolicy:
@@ -57,11 +54,9 @@ class AgentBridgeAgentLoopWorker(AgentLoopWorker):
     def __init__(self, cfg: DictConfig, placement: Any) -> None:
         super().__init__(cfg, placement)
         self.spec_path = str(cfg.agentbridge.spec_path)
-        self.agent = Agent(load_spec(self.spec_path), self.tokenizer)
         # RLinf keeps data.max_prompt_length prompt tokens and runner.seq_length in all: the driver cuts to them
-        self.agent.limits = fit_limits(self.agent.limits, max_prompt=int(cfg.data.max_prompt_length),
-                                       max_total=int(cfg.runner.seq_length))
-        self.guard = ErrorRateGuard(self.agent.spec.agent.max_error_rate)
+        self.runner = EpisodeRunner(load_spec(self.spec_path), self.tokenizer, "rlinf",
+                                    max_prompt=int(cfg.data.max_prompt_length), max_total=int(cfg.runner.seq_length))
         self.step_metrics: list[dict[str, float]] = []
 
     async def run_one_query(self, prompt_ids: list[int], task: Task | None = None) -> AgentLoopOutput:
@@ -69,23 +64,19 @@ class AgentBridgeAgentLoopWorker(AgentLoopWorker):
         of the dataset row; the driver renders the task's prompt itself)."""
         if task is None:
             raise ValueError("agentbridge's agent loop runs a task: RLinf's request carried none")
-        (traj,) = await self.agent.run([task], ChannelPolicy(self), concurrency=1)
-        self.guard.record(traj)
-        record_episode(traj, "rlinf")
-        seq = episode_sample(traj, task, self.agent.renderer, self.agent.spec.agent.system_prompt)
-        metrics = episode_metrics(traj)
-        self.step_metrics.append(metrics)
+        episode = await self.runner.run(task, ChannelPolicy(self))
+        seq = episode.sample
+        self.step_metrics.append(episode.metrics)
         return AgentLoopOutput(
             prompt_ids=seq.prompt_ids, response_ids=seq.response_ids, response_mask=seq.response_mask,
-            response_logprobs=seq.logprobs, num_turns=sum(1 for m in traj.messages if m.get("role") != "system"),
-            is_end=True, reward_score=float(traj.reward),
-            extra_fields={"agentbridge": {"task_id": traj.task_id, "finish_reason": traj.finish_reason,
-                                          "error": traj.error or "", **metrics}})
+            response_logprobs=seq.logprobs, num_turns=episode.turns, is_end=True,
+            reward_score=float(episode.trajectory.reward),
+            extra_fields={"agentbridge": {**episode.info, **episode.metrics}})
 
     async def run_agentloop_rollout_group(self, input_ids: list[int], answer: Any, group_size: int,
                                           output_channel: Any) -> None:
         """``group_size`` episodes of the task the request's answer carries, packed into one ``RolloutResult``."""
-        task = task_from_answer(answer)
+        task = kit.decode_task(answer, "rlinf")
         outputs = await asyncio.gather(*(self.run_one_query(copy.deepcopy(input_ids), task=task)
                                          for _ in range(group_size)))
         await output_channel.put(self.get_rollout_result(list(outputs), answer), async_op=True).async_wait()

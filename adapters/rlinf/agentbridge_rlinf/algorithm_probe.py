@@ -45,6 +45,14 @@ DIFFERENCES: dict[str, dict[str, Documented]] = {
                                  "environment tokens inside a response included, before the returns (the reference "
                                  "masks them out)", off=None, on=5.530e-2),
         "clip_fraction": Documented(_CLIP_MICRO, off=2.282e-2, on=2.282e-2)},
+    # the recipe axis (grpo, KL off; agentbridge.conformance.algorithms.RECIPE_CASES): the knob reaches RLinf's
+    # policy_loss (its loss is the reference's), the logged clip fraction stays per micro-batch
+    "grpo@clip_higher": {"clip_fraction": Documented(_CLIP_MICRO, off=6.647e-3, on=None)},
+    "grpo@dual_clip": {"clip_fraction": Documented(_CLIP_MICRO, off=1.210e-2, on=None)},
+    "grpo@token_mean": {"loss": Documented(_MICRO + "; with one sequence per micro-batch the token mean is each "
+                                           "sequence's, so the loss is seq-mean-token-mean's", off=2.377e-2, on=None),
+                        "clip_fraction": Documented(_CLIP_MICRO, off=1.210e-2, on=None)},
+    "grpo@seq_mean_token_sum": {"clip_fraction": Documented(_CLIP_MICRO, off=1.210e-2, on=None)},
 }
 # the quantities RLinf's probe cannot produce: quantity -> why (none: every one is read from RLinf's own code)
 NOT_PRODUCED: dict[str, str] = {}
@@ -108,7 +116,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     """The algorithm quantities RLinf computes for ``batch`` under the job in ``job`` (see the core's module)."""
     import torch
 
-    from agentbridge.conformance.algorithms import reference_advantages
+    from agentbridge.conformance.algorithms import Recipe, reference_advantages
     from agentbridge.spec import load_spec
 
     spec = load_spec(str(Path(job) / "spec.yaml"))
@@ -117,6 +125,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     mask = t["mask"].float()
     advantages = (_advantages(algo, t).float() * mask).tolist()
     ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64),
-                                   spec.algorithm.kl_coef).float()
+                                   spec.algorithm.kl_coef,
+                                   Recipe.of(spec.algorithm)).float()
     # RLinf trains on every group (no dynamic-sampling filter in its runners)
     return {"advantages": advantages, **_loss(algo, t, ref_adv), "kept": batch.groups()}

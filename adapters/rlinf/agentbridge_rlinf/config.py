@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentbridge.adapter_kit import flatten, set_dotted
+from agentbridge import adapter as kit
+from agentbridge.adapter import flatten, set_dotted
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip
 
 CONFIG_NAME = "rlinf_job"
 ENTRY_FILE = "entry.py"
-TASK_KEY = "agentbridge_task"  # the dataset column (RLinf's data.answer_key) carrying each task as JSON
+
 # RLinf 0.3.0's agent loop talks to its engine over channels (rollout_serverless): only its SGLang worker serves them
 ROLLOUT_BACKENDS = ("sglang",)
 TRAINING_BACKENDS = ("fsdp", "megatron")
@@ -68,7 +69,8 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "gpu_memory_utilization": 0.6,
     "tensor_parallel_size": 1,
     "agent_workers": 1,  # agent-loop workers; RLinf runs one per rollout data-parallel rank
-    "save_interval": -1,
+    # a checkpoint every N steps and at the last (runner_utils.check_progress saves at step == max_steps when > 0)
+    "save_interval": 50,
     "logger": ["tensorboard"],
 }
 OPTIONS = tuple(DEFAULT_OPTIONS)
@@ -97,8 +99,8 @@ def option_problems(spec: Spec) -> list[Problem]:
     for key in POSITIVE_INTS:
         if key in given and (type(given[key]) is not int or given[key] < 1):
             problems.append(bad(key, "a positive integer"))
-    if "save_interval" in given and type(given["save_interval"]) is not int:
-        problems.append(bad("save_interval", "an integer (-1: no checkpoints)"))
+    if "save_interval" in given and (type(given["save_interval"]) is not int or given["save_interval"] < 1):
+        problems.append(bad("save_interval", "a positive integer (the trained model is the last step's checkpoint)"))
     memory = given.get("gpu_memory_utilization", 0.5)
     if type(memory) not in (int, float) or not 0 < memory <= 1:
         problems.append(bad("gpu_memory_utilization", "a number in (0, 1]"))
@@ -139,10 +141,13 @@ def settings(spec: Spec) -> dict[str, Any]:
         "runner.max_epochs": algo.steps,  # an epoch has a step at least: the steps end the run
         "runner.max_steps": algo.steps,
         "runner.val_check_interval": -1,
+        # checkpoints in runner.output_dir/<experiment_name>/checkpoints/global_step_N (ReasoningRunner.
+        # _save_checkpoint); a relaunch resumes from the latest (resume_dir auto: ReasoningRunner.init_workers looks
+        # in runner.logger.log_path/checkpoints, the same folder)
         "runner.save_interval": int(opts["save_interval"]),
         "runner.seq_length": seq_length(spec),
         "runner.enable_dynamic_batch_size": False,
-        "runner.resume_dir": None,
+        "runner.resume_dir": "auto",
         "runner.experiment_name": spec.name,
         "runner.output_dir": "runs",
         "algorithm.group_size": algo.group_size,
@@ -176,7 +181,7 @@ def settings(spec: Spec) -> dict[str, Any]:
         "data.val_rollout_batch_size": None,
         "data.num_workers": 0,
         "data.prompt_key": "prompt",
-        "data.answer_key": TASK_KEY,
+        "data.answer_key": kit.TASK_KEY,  # the column carrying each task as JSON
         "data.apply_chat_template": True,
         "data.shuffle": True,
         "data.validation_shuffle": False,
@@ -239,6 +244,9 @@ def settings(spec: Spec) -> dict[str, Any]:
                               "enable_gradient_accumulation": True, "forward_prefetch": False,
                               "limit_all_gathers": False, "backward_prefetch": None, "use_orig_params": False,
                               "use_liger_kernel": False,
+                              # each checkpoint also holds the full weights (actor/model_state_dict/full_weights.pt:
+                              # FSDPStrategyBase.save_checkpoint), which launch.sh exports as a HF model
+                              "save_full_model_weights": True,
                               "mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32",
                                                   "buffer_dtype": "fp32"},
                               "amp_autocast": {"enabled": False, "precision": "bf16"},
@@ -276,6 +284,8 @@ def recipe_settings(spec: Spec) -> dict[str, Any]:
         out["algorithm.calculate_entropy"] = algo.entropy_coef > 0
     if algo.loss_agg in LOSS_AGG_FUNCS:
         out["algorithm.loss_agg_func"] = LOSS_AGG_FUNCS[algo.loss_agg]
+    if algo.mini_batches is not None:  # the actor's global batch is the step's samples / n_minibatches
+        out["algorithm.n_minibatches"] = algo.mini_batches
     return out
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from rlinf.scheduler import Worker
 
+from agentbridge import adapter as kit
 from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
 from agentbridge.conformance.records import EpisodeRecord
 from agentbridge.conformance.suite import ConformanceError
@@ -168,7 +169,7 @@ def rollout_results(cfg: Any, tokenizer: Any) -> list[Any]:
 
 def records_of(results: list[Any], cfg: Any, pad_token: int) -> list[EpisodeRecord]:
     """Each episode read back from RLinf's actor batch (``RolloutResult.to_actor_batch``), padding dropped."""
-    from agentbridge_rlinf.data import task_from_answer
+
 
     prompt_len, total = int(cfg.data.max_prompt_length), int(cfg.runner.seq_length)
     records = []
@@ -178,7 +179,7 @@ def records_of(results: list[Any], cfg: Any, pad_token: int) -> list[EpisodeReco
             raise ConformanceError("RLinf's actor batch carries no rewards")
         logprobs = batch.get("rollout_logprobs")
         for i in range(result.num_sequence):
-            case = task_from_answer(result.answers[i]).id
+            case = kit.decode_task(result.answers[i], "rlinf").id
             p, n = int(batch["prompt_lengths"][i]), int(batch["response_lengths"][i])
             attn = batch["attention_mask"][i].bool()
             if int(attn[:prompt_len].sum()) != p or int(attn[prompt_len:].sum()) != n:

@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agentbridge import adapter_kit as kit
+from agentbridge import adapter as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 from agentbridge_rlinf import RLINF_PIN

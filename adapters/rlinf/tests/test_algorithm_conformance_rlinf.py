@@ -72,3 +72,20 @@ def test_documented_differences_reach_the_job_manifest(tmp_path: Path) -> None:
     assert any("kept differs" in line for line in lines) and not any(" kl " in line for line in lines)
     assert any(" kl differs" in line for line in difference_lines(backend, "grpo", KL_COEF))
     assert difference_lines(backend, "grpo", 0.0) == []
+
+
+def test_the_recipe_row_equals_the_reference_or_says_why() -> None:
+    """Each recipe knob (grpo, KL off) through RLinf's advantages and policy_loss as the compiled job configures
+    them: the reference's loss, except token_mean (per micro-batch); the logged clip fraction per micro-batch
+    (pinned); loss_agg seq_mean_token_sum_norm and scale_advantages none / batch refused at check."""
+    from agentbridge.conformance.algorithms import RECIPE_CASES
+
+    cells = {c.algorithm.split("@")[1]: c for c in run_algorithms("rlinf", (), recipe=tuple(RECIPE_CASES))}
+    assert list(cells) == list(RECIPE_CASES)
+    assert not [c for c in cells.values() if c.status == "✘"], problem_lines(list(cells.values()))
+    assert {case: c.differing() for case, c in cells.items() if c.status == "≠"} == {
+        "clip_higher": ["clip_fraction"], "dual_clip": ["clip_fraction"], "token_mean": ["loss", "clip_fraction"],
+        "seq_mean_token_sum": ["clip_fraction"]}
+    assert all(cells[case].deltas["loss"] <= IDENTICAL for case in ("clip_higher", "dual_clip", "seq_mean_token_sum"))
+    for case in ("seq_mean_token_sum_norm", "scale_none", "scale_batch"):
+        assert cells[case].status == "n/a" and "rlinf cannot run grpo with " in cells[case].why, case

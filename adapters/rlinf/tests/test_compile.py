@@ -12,12 +12,12 @@ import pytest
 import yaml
 from conftest import EXAMPLE, ROOT, SMALL, compile_job
 
+from agentbridge.adapter import decode_task
 from agentbridge.backends import FIRST_PARTY_ALGORITHMS, Backend, Job, known_capabilities
 from agentbridge.backends import compile_job as pipeline_compile
 from agentbridge.plugins import get_plugins
 from agentbridge.spec import SpecError, load_spec
 from agentbridge_rlinf.backend import RlinfBackend
-from agentbridge_rlinf.data import task_from_answer
 
 
 def test_registered_and_implements_the_protocol() -> None:
@@ -88,10 +88,10 @@ def test_rows_carry_the_task(small_job: Job) -> None:
     assert len(rows) == 8
     row = rows[0]
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]
-    task = task_from_answer([row["agentbridge_task"]])  # RLinf's dataset wraps a string answer in a list
+    task = decode_task([row["agentbridge_task"]], "rlinf")  # RLinf's dataset wraps a string answer in a list
     assert task.prompt == row["prompt"][1]["content"] and task.data["answer"]
     with pytest.raises(ValueError, match="carries no agentbridge task"):
-        task_from_answer(["42"])
+        decode_task(["42"], "rlinf")
 
 
 def test_hydra_config_maps_the_spec(small_job: Job) -> None:

@@ -40,6 +40,19 @@ DIFFERENCES: dict[str, dict[str, Documented]] = {
         "advantages": Documented("ROLL's GAE runs over every response position, environment tokens included (the "
                                  "reference skips them), and masked_whiten uses the unbiased (n-1) variance",
                                  off=8.112e-2, on=8.132e-2)},
+    # the recipe axis (grpo, KL off; agentbridge.conformance.algorithms.RECIPE_CASES): each knob reaches ROLL's
+    # advantages and loss (they are the reference's); its logged clip fraction follows the job's loss_agg_mode
+    "grpo@clip_higher": {"clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean: per sequence, then over "
+                                                                      "sequences"), off=6.647e-3, on=None)},
+    "grpo@dual_clip": {"clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean: per sequence, then over "
+                                                                    "sequences"), off=1.210e-2, on=None)},
+    "grpo@seq_mean_token_sum": {"clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-sum: each sequence's "
+                                                                             "count of clipped tokens, then the mean"),
+                                                            off=0.2698, on=None)},
+    "grpo@scale_none": {"clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean: per sequence, then over "
+                                                                     "sequences"), off=1.210e-2, on=None)},
+    "grpo@scale_batch": {"clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean: per sequence, then over "
+                                                                      "sequences"), off=1.210e-2, on=None)},
 }
 # the quantities ROLL's probe cannot produce: quantity -> why (none: every one is read from ROLL's own code)
 NOT_PRODUCED: dict[str, str] = {}
@@ -112,7 +125,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     from roll.utils.functionals import compute_token_reward
     from roll.utils.kl_controller import get_kl_controller
 
-    from agentbridge.conformance.algorithms import reference_advantages
+    from agentbridge.conformance.algorithms import Recipe, reference_advantages
     from agentbridge.spec import load_spec
     from agentbridge_roll.layout import EqualScoresFilter
     from agentbridge_roll.validate import build_config, compose_job
@@ -136,7 +149,8 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     mask = data.batch["response_mask"][:, 1:].float()
     advantages = (data.batch["advantages"] * mask).tolist()
     ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64),
-                                   spec.algorithm.kl_coef).float()
+                                   spec.algorithm.kl_coef,
+                                   Recipe.of(spec.algorithm)).float()
     quantities = _loss(config, data, batch.tensors()["logp"].float(), ref_adv)
     groups = batch.groups()
     if config.train_env_manager.group_filter_cls.endswith("EqualScoresFilter"):

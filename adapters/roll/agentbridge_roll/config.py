@@ -9,9 +9,10 @@ vLLM/SGLang router).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from agentbridge.adapter_kit import flatten, set_dotted
+from agentbridge.adapter import flatten, set_dotted
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip, preset_clip
@@ -75,7 +76,8 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "gpu_memory_utilization": 0.8,
     "env_managers_per_worker": 16,  # train_env_manager.max_env_num_per_worker: threads per EnvironmentWorker
     "dtype": "bf16",
-    "save_steps": 10000,
+    # a checkpoint every N steps and at the last (BasePipeline.do_checkpoint: global_step == max_steps - 1)
+    "save_steps": 50,
     "track_with": "tensorboard",
 }
 OPTIONS = tuple(DEFAULT_OPTIONS)
@@ -181,15 +183,21 @@ def settings(spec: Spec, *, has_eval: bool = False) -> dict[str, Any]:
         "seed": spec.seed,
         "output_dir": "runs",
         "logging_dir": "${output_dir}/logs",
+        # the pipeline's step metrics (AgenticPipeline.run: tracker.log at each global_step), read back by
+        # agentbridge_roll.run_metrics; agentbridge's own tracker writes beside them (tensorboard/agentbridge)
         "track_with": str(opts["track_with"]),
-        "tracker_kwargs": {"log_dir": "${output_dir}/tensorboard"},
+        "tracker_kwargs": {"log_dir": "${output_dir}/tensorboard/roll"},
+        # checkpoints: output_dir/checkpoints/checkpoint-N (FileSystemUploader.upload of each worker's save dir: the
+        # actor's Hugging Face model at its top, training_args.save_hf_model; the pipeline state in pipeline/)
         "checkpoint_config": {"type": "file_system", "output_dir": "${output_dir}/checkpoints"},
         "num_gpus_per_node": gpus_per_node(spec),
         "max_steps": algo.steps,
         "save_steps": int(opts["save_steps"]),
         "logging_steps": 1,
         "eval_steps": 0,  # agentbridge's held-out evaluation is not run around ROLL's trainer
-        "resume_from_checkpoint": False,
+        # a relaunch resumes from the latest checkpoint-N there (BasePipeline.__init__ and ActorWorker.initialize:
+        # get_latest_ckpt); a finished run skips every step (AgenticPipeline.run: global_step <= state.step)
+        "resume_from_checkpoint": True,
         "async_generation_ratio": 0,
         "rollout_batch_size": rollout_batch_size(spec),
         "val_batch_size": 0,
@@ -206,6 +214,9 @@ def settings(spec: Spec, *, has_eval: bool = False) -> dict[str, Any]:
         "kl_loss_coef": algo.kl_coef if algo.name not in TOKEN_KL else 0.0,
         "init_kl_coef": algo.kl_coef if algo.name in TOKEN_KL else 0.0,
         "actor_train": _worker(spec, str(opts["training_strategy"]), dtype=dtype, train=True, micro=micro),
+        # the actor's checkpoints also as a Hugging Face model (MegatronTrainStrategy.save_checkpoint:
+        # save_pretrained_as_hf into its save dir; ROLL's FSDP2 strategy always writes one): what finish evaluates
+        "actor_train.training_args.save_hf_model": True,
         "actor_infer": {**_worker(spec, str(opts["rollout_engine"]), dtype=dtype, train=False, micro=micro),
                         "generating_args": {
                             "max_new_tokens": agent.max_tokens_per_turn, "temperature": agent.sampling.temperature,
@@ -225,8 +236,9 @@ def settings(spec: Spec, *, has_eval: bool = False) -> dict[str, Any]:
         "custom_envs": {TAG: _env(spec, "train"), **({EVAL_TAG: _env(spec, "eval")} if has_eval else {})},
     }
     for key, value in ALGORITHMS.get(algo.name, {}).items():
-        tree[key] = value
-    tree.update(recipe_settings(spec))
+        tree[key] = copy.deepcopy(value)  # the preset's tables are shared: the recipe below may set inside them
+    for key, value in recipe_settings(spec).items():
+        set_dotted(tree, key, value)
     if algo.name == "ppo":
         tree["critic"] = _worker(spec, str(opts["training_strategy"]), dtype=dtype, train=True, micro=micro)
     return tree
@@ -253,6 +265,21 @@ def recipe_settings(spec: Spec) -> dict[str, Any]:
         out["max_grad_norm"] = algo.max_grad_norm
     if algo.loss_agg in LOSS_AGG_MODES:
         out["loss_agg_mode"] = LOSS_AGG_MODES[algo.loss_agg]
+    if algo.scale_advantages is not None:  # group mean, then the group's std, the batch's or none
+        out["reward_normalization.norm_std_type"] = {"none": None}.get(algo.scale_advantages, algo.scale_advantages)
+    if algo.epochs is not None:
+        out["ppo_epochs"] = algo.epochs
+    if algo.mini_batches is not None:  # accumulation for batch_size / mini_batches prompts' trajectories per update
+        train = "actor_train.training_args."
+        micro, gpus = int(options(spec)["micro_batch_size"]), gpus_per_node(spec) * spec.resources.nodes
+        out[train + "gradient_accumulation_steps"] = max(1, rollout_batch_size(spec) // algo.mini_batches
+                                                         // (micro * gpus))
+    lora = spec.model.lora
+    if lora is not None:  # LoRA is on when lora_target is set; the reference then runs with the adapter disabled
+        args = "actor_train.model_args."
+        targets = "all" if lora.target_modules == "all-linear" else ",".join(lora.target_modules)
+        out.update({args + "lora_target": targets, args + "lora_rank": lora.rank,
+                    args + "lora_alpha": lora.scaling_alpha(), args + "lora_dropout": lora.dropout})
     return out
 
 

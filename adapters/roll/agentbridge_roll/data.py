@@ -1,4 +1,4 @@
-"""Tasks as the job's JSON lines (``{"id", "prompt", "data"}``, what ``read_tasks_jsonl`` reads back).
+"""The job's tasks (JSON lines ``{"id", "prompt", "data"}``, read back by ``read_tasks_jsonl``): each episode's task.
 
 ROLL's agentic pipeline has no dataset: each env manager plays episodes of its own environment, seeded by its group
 and episode. agentbridge's env manager reads the job's task file instead and picks each episode's task from its
@@ -7,21 +7,7 @@ group and episode ids (:func:`task_index`), so the episodes of one group share t
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Sequence
-from pathlib import Path
-
-from agentbridge.env import Task
-
-
-def write_jsonl(path: Path, tasks: Sequence[Task]) -> int:
-    """Write ``tasks`` to ``path``; returns the row count."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for task in tasks:
-            f.write(json.dumps(task.to_dict()) + "\n")
-    return len(tasks)
 
 
 def task_index(episode_id: int, group_id: int, groups: int, n_tasks: int, seed: int | None) -> int:

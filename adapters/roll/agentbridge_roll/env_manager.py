@@ -24,12 +24,11 @@ from roll.pipeline.agentic.env_manager.base_env_manager import BaseEnvManager
 from roll.pipeline.agentic.llm_proxy import create_llm_proxy
 from tensordict import TensorDict
 
+from agentbridge.adapter.episode import Episode, EpisodeRunner
 from agentbridge.env import Task
-from agentbridge.rollout.agent import Agent, read_tasks_jsonl
-from agentbridge.rollout.agent_edge import ErrorRateGuard, fit_limits
-from agentbridge.rollout.training import episode_metrics, episode_sample, token_rewards
-from agentbridge.rollout.trajectory import Generation, SamplingParams, Trajectory
-from agentbridge.runs import record_episode
+from agentbridge.rollout.agent import read_tasks_jsonl
+from agentbridge.rollout.training import token_rewards
+from agentbridge.rollout.trajectory import Generation, SamplingParams
 from agentbridge.spec import load_spec
 from agentbridge_roll import layout
 from agentbridge_roll.data import task_index
@@ -76,7 +75,7 @@ class ProxyPolicy:
         logprobs = None
         if "infer_logprobs" in out.batch.keys():
             logprobs = [float(x) for x in out.batch["infer_logprobs"][0][-len(ids):].tolist()] if ids else []
-        eos = m.agent.renderer.eos_token_id
+        eos = m.runner.agent.renderer.eos_token_id
         finish = "stop" if ids and ids[-1] == eos else ("length" if len(ids) >= sampling.max_tokens else "stop")
         return Generation(token_ids=ids, logprobs=logprobs, finish_reason=finish)
 
@@ -95,11 +94,10 @@ class AgentBridgeEnvManager(BaseEnvManager):
         self.output_queue = output_queue
         self.mode = mode
         settings = env_config["config"]
-        self.agent = Agent(load_spec(str(settings["spec_path"])), tokenizer)
         # ROLL pads (and cuts) every trajectory to sequence_length: the driver keeps each episode within it
-        self.agent.limits = fit_limits(self.agent.limits, max_total=int(pipeline_config.sequence_length))
+        self.runner = EpisodeRunner(load_spec(str(settings["spec_path"])), tokenizer, "roll",
+                                    max_total=int(pipeline_config.sequence_length))
         self.tasks: list[Task] = read_tasks_jsonl(str(settings["data_path"]))
-        self.guard = ErrorRateGuard(self.agent.spec.agent.max_error_rate)
         self.llm_proxy = create_llm_proxy(generate_scheduler=generate_scheduler,
                                           llm_proxy_config=worker_config.llm_proxy, tokenizer=tokenizer, env=None)
         self.group_seed = 0
@@ -107,7 +105,7 @@ class AgentBridgeEnvManager(BaseEnvManager):
 
     def task_for(self, episode_id: int) -> Task:
         """The episode's task: shared by the group's episodes; shuffled per pass in training, in order otherwise."""
-        seed = self.agent.spec.seed if self.mode == "train" else None
+        seed = self.runner.spec.seed if self.mode == "train" else None
         return self.tasks[task_index(episode_id, int(self.env_config["group_id"]),
                                      int(self.worker_config.num_env_groups), len(self.tasks), seed)]
 
@@ -133,17 +131,15 @@ class AgentBridgeEnvManager(BaseEnvManager):
         """One episode by the driver as ROLL's trajectory; None when ROLL's engine aborted it."""
         task = self.task_for(episode_id)
         policy = ProxyPolicy(self)
-        (traj,) = asyncio.run(self.agent.run([task], policy, concurrency=1))
+        traj = asyncio.run(self.runner.play(task, policy))
         if policy.aborted:
             return None
-        self.guard.record(traj)
-        record_episode(traj, "roll")
-        return self.formulate(traj, task, episode_id)
+        return self.formulate(self.runner.finish(task, traj), episode_id)
 
-    def formulate(self, traj: Trajectory, task: Task, episode_id: int) -> DataProto:
-        """The trajectory in the layout of ROLL's ``TrajEnvManager.formulate_rollouts``
+    def formulate(self, episode: Episode, episode_id: int) -> DataProto:
+        """The episode in the layout of ROLL's ``TrajEnvManager.formulate_rollouts``
         (:mod:`agentbridge_roll.layout`), padded to ``sequence_length``."""
-        seq = episode_sample(traj, task, self.agent.renderer, self.agent.spec.agent.system_prompt)
+        traj, task, seq = episode.trajectory, episode.task, episode.sample
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         # the reward on the last token (the one token of the empty-episode fallback)
         row = layout.rows(seq, token_rewards(traj), int(self.pipeline_config.sequence_length), int(pad_id))
@@ -162,7 +158,7 @@ class AgentBridgeEnvManager(BaseEnvManager):
             "traj_id": np.array([f"{traj_group_id}_{env_id}"], dtype=object),
             TASK_KEY: np.array([task.id], dtype=object),
         })
-        metrics = {f"env/{tag}/{k}": v for k, v in episode_metrics(traj).items()}
+        metrics = {f"env/{tag}/{k}": v for k, v in episode.metrics.items()}
         metrics[f"env/{tag}/finish/{traj.finish_reason}"] = 1.0
         metrics["env/response_length"] = float(sum(seq.response_mask))
         rollout.meta_info = {"metrics": metrics}

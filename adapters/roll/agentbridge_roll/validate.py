@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agentbridge import adapter_kit as kit
+from agentbridge import adapter as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec, SpecError, load_spec
 from agentbridge_roll import ROLL_SOURCE, keep_roll_logs_out_of_cwd

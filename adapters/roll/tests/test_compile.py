@@ -178,9 +178,7 @@ def test_compile_and_the_plugin_stay_light() -> None:
 
 def test_validate_without_roll_is_one_line(small_job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where ROLL imports nowhere, ``check`` says how to get it in one line instead of failing."""
-    import agentbridge_roll.backend as backend
-
-    monkeypatch.setattr(backend.kit, "backend_python", lambda *a: None)
+    monkeypatch.setattr("agentbridge.adapter.validation.backend_python", lambda *a: None)
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
     report = RollBackend().validate(small_job)
     (line,) = [str(p) for p in report.problems]
@@ -196,3 +194,30 @@ def test_documented_differences_reach_the_job(tmp_path: Path) -> None:
     grpo = pipeline_compile(load_spec(ROOT / EXAMPLE, [*SMALL, "algorithm.name=grpo"]), RollBackend(),
                             tmp_path / "grpo")
     assert not grpo.manifest.get("algorithm_differences")
+
+
+def test_the_job_saves_its_model_and_resumes(tmp_path: Path) -> None:
+    """save_steps (and the last step: BasePipeline.do_checkpoint), the actor's HF model in each checkpoint-N, resume
+    from the latest (resume_from_checkpoint: true), the tracker's folder, and launch.sh's trained model and metrics."""
+    job = compile_job(tmp_path / "job")
+    config = yaml.safe_load((job.path / "roll_job.yaml").read_text())
+    assert config["save_steps"] == 50 and config["resume_from_checkpoint"] is True
+    assert config["checkpoint_config"] == {"type": "file_system", "output_dir": "${output_dir}/checkpoints"}
+    assert config["actor_train"]["training_args"]["save_hf_model"] is True
+    assert config["tracker_kwargs"] == {"log_dir": "${output_dir}/tensorboard/roll"}
+    launch = (job.path / "launch.sh").read_text()
+    assert 'mkdir -p "$RUN_DIR/checkpoints"' in launch  # FileSystemUploader.get_latest_ckpt lists it on a fresh run
+    assert '"$RUN_DIR"/checkpoints/checkpoint-*' in launch and 'CHECKPOINT="$TRAINED"' in launch
+    assert '-m agentbridge_roll.run_metrics "$RUN_DIR" --job "$ROOT"' in launch
+    assert not any("warm start and held-out evaluation are not run" in n for n in job.manifest["notes"])
+    one = compile_job(tmp_path / "one", "algorithm.steps=1")
+    assert any("saves no checkpoint of its first step" in n for n in one.manifest["notes"])
+    run = tmp_path / "run"  # the trained model launch.sh picks: the latest checkpoint-N holding a HF model
+    for n in (50, 100, 7):
+        (run / "checkpoints" / f"checkpoint-{n}").mkdir(parents=True)
+        (run / "checkpoints" / f"checkpoint-{n}" / "config.json").write_text("{}")
+    (run / "checkpoints" / "checkpoint-150").mkdir()  # no HF model: not picked
+    pick = next(line for line in launch.splitlines() if line.startswith("for d in"))
+    out = subprocess.run(["bash", "-c", f'set -eu; RUN_DIR="{run}"; TRAINED=""; {pick}; echo "$TRAINED"'],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(run / "checkpoints" / "checkpoint-100")

@@ -15,14 +15,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agentbridge.adapter_kit import flatten
+from agentbridge.adapter import flatten
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip
 
 CONFIG_NAME = "slime_job.yaml"
+SAVE_DIR = "${RUN_DIR}/checkpoints"  # --save: Megatron's torch_dist checkpoints (iter_NNNNNNN)
+HF_SAVE = "${RUN_DIR}/hf/rollout_{rollout_id}"  # --save-hf: the trained model at each save, in HF format
 CUSTOM_CONFIG = "agentbridge.yaml"  # slime's --custom-config-path: keys set on args by slime_validate_args
-TASK_KEY = "agentbridge_task"  # the key of each row's metadata carrying the task as JSON
+
 GENERATE_HOOK = "agentbridge_slime.generate.generate"
 DR_GRPO_REDUCER = "agentbridge_slime.reducers.dr_grpo_pg_loss_reducer"
 DAPO_FILTER = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
@@ -74,7 +76,8 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "gpus_per_engine": 1,  # --rollout-num-gpus-per-engine (SGLang tensor parallelism)
     "gpu_memory_utilization": 0.7,  # --sglang-mem-fraction-static
     "colocate": True,  # actor and rollout on the same GPUs
-    "save_interval": None,
+    # a checkpoint every N rollouts and at the last (misc.should_run_periodic_action: rollout_id == num_rollout - 1)
+    "save_interval": 50,
 }
 OPTIONS = tuple(DEFAULT_OPTIONS)
 POSITIVE_INTS = ("micro_batch_size", "tensor_parallel_size", "gpus_per_engine")
@@ -100,9 +103,8 @@ def option_problems(spec: Spec) -> list[Problem]:
 
     problems = [bad(key, "a positive integer") for key in POSITIVE_INTS
                 if key in given and (type(given[key]) is not int or given[key] < 1)]
-    if "save_interval" in given and given["save_interval"] is not None and (
-            type(given["save_interval"]) is not int or given["save_interval"] < 1):
-        problems.append(bad("save_interval", "a positive integer or null (no checkpoints)"))
+    if "save_interval" in given and (type(given["save_interval"]) is not int or given["save_interval"] < 1):
+        problems.append(bad("save_interval", "a positive integer (the trained model is the last rollout's checkpoint)"))
     memory = given.get("gpu_memory_utilization", 0.5)
     if type(memory) not in (int, float) or not 0 < memory <= 1:
         problems.append(bad("gpu_memory_utilization", "a number in (0, 1]"))
@@ -134,10 +136,24 @@ def settings(spec: Spec) -> dict[str, Any]:
         "colocate": bool(opts["colocate"]),
         "rollout-num-gpus-per-engine": int(opts["gpus_per_engine"]),
         "sglang-mem-fraction-static": float(opts["gpu_memory_utilization"]),
-        # the model: Hugging Face weights for SGLang, the tokenizer and slime's HF loader
+        # the model: Hugging Face weights for SGLang, the tokenizer and slime's HF loader (a local directory:
+        # hf_checkpoint_saver._copy_hf_assets copies its config and tokenizer into each --save-hf model)
         "hf-checkpoint": "${MODEL}",
+        # LOAD: SAVE_DIR when it holds a Megatron checkpoint (a relaunch resumes: slime_validate_args keeps it,
+        # MegatronTrainRayActor.init starts at its iteration + 1), else the model's HF weights (slime_validate_args:
+        # load_is_hf). REF_LOAD: the model; the reference for KL, and slime's fallback for load
         "load": "${LOAD}",
-        "save": "${RUN_DIR}/checkpoints",
+        "ref-load": "${REF_LOAD}",
+        # Megatron checkpoints every save-interval rollouts and at the last (train.py, should_run_periodic_action),
+        # each also written as a Hugging Face model (MegatronTrainRayActor.save_model: save_hf.format(rollout_id=..))
+        "save": SAVE_DIR,
+        "save-interval": int(opts["save_interval"]),
+        "save-hf": HF_SAVE,
+        # slime's step metrics: TensorBoard in $TENSORBOARD_DIR (launch.sh: RUN_DIR/tensorboard/slime), read back by
+        # agentbridge_slime.run_metrics; the project / experiment name only name the folder when that is unset
+        "use-tensorboard": True,
+        "tb-project-name": spec.logging.project or "agentbridge",
+        "tb-experiment-name": spec.name,
         # data: the job's rows; slime renders each prompt with the chat template, the driver renders its own
         "prompt-data": "${ROOT}/data/train.jsonl",
         "input-key": "prompt",
@@ -183,14 +199,11 @@ def settings(spec: Spec) -> dict[str, Any]:
         "attention-softmax-in-fp32": True,
         "entropy-coef": 0.0,
     }
-    if opts["save_interval"] is not None:
-        flags["save-interval"] = int(opts["save_interval"])
     flags.update(ALGORITHMS.get(algo.name, {}))
     if algo.name == "dapo":
         flags["over-sampling-batch-size"] = algo.batch_size
     flags.update(recipe_flags(spec))
     if algo.kl_coef > 0:
-        flags["ref-load"] = "${REF_LOAD}"
         if algo.name in KL_IN_REWARD:
             flags["kl-coef"] = algo.kl_coef
         else:
@@ -214,6 +227,10 @@ def recipe_flags(spec: Spec) -> dict[str, Any]:
         out["clip-grad"] = algo.max_grad_norm
     if algo.loss_agg in LOSS_AGG_FLAGS:
         out.update(LOSS_AGG_FLAGS[algo.loss_agg])
+    if algo.scale_advantages is not None:  # batch is refused (SlimeBackend.recipe_why_not)
+        out["disable-grpo-std-normalization"] = algo.scale_advantages == "none"
+    if algo.mini_batches is not None:  # samples per optimizer step; epochs above 1 are refused
+        out["global-batch-size"] = algo.batch_size * algo.group_size // algo.mini_batches
     return out
 
 

@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from agentbridge import adapter as kit
 from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
 from agentbridge.conformance.records import EpisodeRecord
 from agentbridge.conformance.suite import ConformanceError
@@ -88,7 +89,7 @@ def train_data(kind: str, workdir: Path) -> tuple[dict[str, Any], list[Any], Any
 
 def records_of(data: dict[str, Any], samples: list[Any]) -> list[EpisodeRecord]:
     """Each episode read back from slime's training data (one row per sample; the case from the sample's task)."""
-    from agentbridge_slime.data import task_from_metadata
+
 
     for key in ("tokens", "response_lengths", "loss_masks", "raw_reward"):
         if key not in data:
@@ -98,7 +99,8 @@ def records_of(data: dict[str, Any], samples: list[Any]) -> list[EpisodeRecord]:
     for i, sample in enumerate(samples):
         tokens, n = list(data["tokens"][i]), int(data["response_lengths"][i])
         records.append(EpisodeRecord(
-            case=task_from_metadata(sample.metadata).id, prompt_ids=[int(t) for t in tokens[:len(tokens) - n]],
+            case=kit.decode_task((sample.metadata or {}).get(kit.TASK_KEY), "slime").id,
+            prompt_ids=[int(t) for t in tokens[:len(tokens) - n]],
             response_ids=[int(t) for t in tokens[len(tokens) - n:]],
             response_mask=[int(x) for x in data["loss_masks"][i]],
             logprobs=[float(x) for x in logprobs[i]] if logprobs is not None else None,

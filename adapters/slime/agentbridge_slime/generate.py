@@ -11,29 +11,17 @@ no reward model. The job's spec is found through ``args.agentbridge_spec``, whic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.agent_edge import ErrorRateGuard, fit_limits
-from agentbridge.rollout.training import TrainingSequence, episode_metrics, episode_sample
+from agentbridge import adapter as kit
+from agentbridge.adapter.episode import EpisodeRunner
+from agentbridge.rollout.training import TrainingSequence
 from agentbridge.rollout.trajectory import Trajectory
-from agentbridge.runs import record_episode
 from agentbridge.spec import load_spec
-from agentbridge_slime.data import task_from_metadata
 from agentbridge_slime.protocol import EngineAborted, RouterPolicy, sample_fields, spans
 
-
-@dataclass
-class Runner:
-    """The driver's agent for one job, its budgets cut to slime's lengths, and the error-rate guard."""
-
-    agent: Agent
-    guard: ErrorRateGuard
-
-
-_RUNNERS: dict[str, Runner] = {}
+_RUNNERS: dict[str, EpisodeRunner] = {}
 
 
 def spec_path(args: Any) -> Path:
@@ -46,20 +34,19 @@ def spec_path(args: Any) -> Path:
     return Path(config).resolve().parent / str(name)
 
 
-def runner_for(args: Any) -> Runner:
+def runner_for(args: Any) -> EpisodeRunner:
     """The job's runner, built once per process (slime's rollout manager keeps one ``args``)."""
     path = str(spec_path(args))
     if path not in _RUNNERS:
         from agentbridge.models import load_tokenizer
 
         spec = load_spec(path)
-        # slime's own tokenizer path (--hf-checkpoint: the model on this node) when it has one, else the spec's model
-        agent = Agent(spec, load_tokenizer(getattr(args, "hf_checkpoint", None) or spec.model.path))
+        # slime's own tokenizer path (--hf-checkpoint: the model on this node) when it has one, else the spec's model;
         # slime keeps rollout_max_prompt_len prompt tokens and rollout_max_context_len in all: the driver cuts to them
-        agent.limits = fit_limits(agent.limits, max_prompt=getattr(args, "rollout_max_prompt_len", None),
-                                  max_response=getattr(args, "rollout_max_response_len", None),
-                                  max_total=getattr(args, "rollout_max_context_len", None))
-        _RUNNERS[path] = Runner(agent, ErrorRateGuard(spec.agent.max_error_rate))
+        _RUNNERS[path] = EpisodeRunner(spec, load_tokenizer(getattr(args, "hf_checkpoint", None) or spec.model.path),
+                                       "slime", max_prompt=getattr(args, "rollout_max_prompt_len", None),
+                                       max_response=getattr(args, "rollout_max_response_len", None),
+                                       max_total=getattr(args, "rollout_max_context_len", None))
     return _RUNNERS[path]
 
 
@@ -89,19 +76,15 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
 
     runner = runner_for(args)
     agent = runner.agent
-    task = task_from_metadata(sample.metadata)
+    task = kit.decode_task((sample.metadata or {}).get(kit.TASK_KEY), "slime")
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
-    (traj,) = await agent.run([task], RouterPolicy(url, sampling_params, post), concurrency=1)
+    traj = await runner.play(task, RouterPolicy(url, sampling_params, post))
     if (traj.error or "").startswith(EngineAborted.__name__):  # slime aborted the engines: it drops this sample
         sample.status = Sample.Status.ABORTED
         return sample
-    if not evaluation:
-        runner.guard.record(traj)
-    record_episode(traj, "slime")
-    seq = episode_sample(traj, task, agent.renderer, agent.spec.agent.system_prompt)
-    text = agent.tokenizer.decode(seq.response_ids) if traj.response_ids else ""
-    fill_sample(args, sample, traj, seq, text)
-    sample.metadata["agentbridge"] = {"task_id": traj.task_id, "finish_reason": traj.finish_reason,
-                                      "error": traj.error or "", "reward_components": dict(traj.reward_components),
-                                      **episode_metrics(traj)}
+    episode = runner.finish(task, traj, guard=not evaluation)
+    text = agent.tokenizer.decode(episode.sample.response_ids) if traj.response_ids else ""
+    fill_sample(args, sample, traj, episode.sample, text)
+    sample.metadata["agentbridge"] = {**episode.info, "reward_components": dict(traj.reward_components),
+                                      **episode.metrics}
     return sample

@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agentbridge import adapter_kit as kit
+from agentbridge import adapter as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec, SpecError, load_spec
 from agentbridge_slime import SLIME_PIN

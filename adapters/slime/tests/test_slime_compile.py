@@ -13,6 +13,7 @@ import pytest
 import yaml
 from slime_testkit import EXAMPLE, ROOT, SMALL, compile_job
 
+from agentbridge.adapter import TASK_KEY, decode_task
 from agentbridge.backends import FIRST_PARTY_ALGORITHMS, Backend, Job, known_capabilities
 from agentbridge.backends import compile_job as pipeline_compile
 from agentbridge.plugins import get_plugins
@@ -21,7 +22,6 @@ from agentbridge_slime import SLIME_COMMIT
 from agentbridge_slime.args import job_argv
 from agentbridge_slime.backend import SlimeBackend
 from agentbridge_slime.config import argv
-from agentbridge_slime.data import task_from_metadata
 
 
 def test_registered_and_implements_the_protocol() -> None:
@@ -75,7 +75,8 @@ def test_compile_writes_a_self_contained_job(small_job: Job) -> None:
     assert manifest["upstream"] == f"THUDM/slime@{SLIME_COMMIT}" and manifest["tasks"] == {"train": 8, "eval": 4}
     assert yaml.safe_load((small_job.path / "agentbridge.yaml").read_text()) == {"agentbridge_spec": "spec.yaml"}
     launch = (small_job.path / "launch.sh").read_text()
-    assert '"$PYTHON" -m agentbridge_slime.args "$ROOT" --model "$MODEL" --run-dir "$RUN_DIR"' in launch
+    assert '"$PYTHON" -m agentbridge_slime.args "$ROOT" --model "$MODEL"' in launch
+    assert '--run-dir "$RUN_DIR" --load "${LOAD:-}" --ref-load "${REF_LOAD:-}"' in launch
     assert '"$PYTHON" "$SLIME_DIR/train.py" "${MODEL_ARGS[@]}" "${ARGS[@]}" "$@"' in launch
     assert "SLIME_DIR:?set SLIME_DIR" in launch and "# NOTE: backend.options.model_script is not set" in launch
     submit = (small_job.path / "submit.sh").read_text()
@@ -89,12 +90,12 @@ def test_rows_carry_the_task(small_job: Job) -> None:
     assert len(rows) == 8
     row = rows[0]
     assert [m["role"] for m in row["prompt"]] == ["system", "user"] and row["label"]
-    task = task_from_metadata(row["metadata"])
+    task = decode_task(row["metadata"].get(TASK_KEY), "slime")
     assert task.prompt == row["prompt"][1]["content"] and task.id == row["label"] and task.data["answer"]
     with pytest.raises(ValueError, match="carries no agentbridge task"):
-        task_from_metadata({"agentbridge_task": "42"})
+        decode_task("42", "slime")
     with pytest.raises(ValueError, match="carries no agentbridge task"):
-        task_from_metadata(None)
+        decode_task(None, "slime")
 
 
 def test_flags_map_the_spec(small_job: Job) -> None:
@@ -111,7 +112,8 @@ def test_flags_map_the_spec(small_job: Job) -> None:
     assert flags["rollout-max-context-len"] == agent.max_prompt_tokens + agent.max_response_tokens
     assert flags["rollout-temperature"] == agent.sampling.temperature and flags["num-rollout"] == spec.algorithm.steps
     assert flags["use-rollout-logprobs"] is True and flags["apply-chat-template"] is True
-    assert "rm-type" not in flags and "ref-load" not in flags  # the driver scores; no KL, no reference model
+    assert "rm-type" not in flags and "use-kl-loss" not in flags  # the driver scores; no KL
+    assert flags["ref-load"] == "${REF_LOAD}"  # the model: slime's fallback for load, and the KL reference
 
 
 @pytest.mark.parametrize(("algo", "kl", "expected", "absent"), [
@@ -158,6 +160,7 @@ def test_the_arguments_launch_sh_passes(small_job: Job) -> None:
     assert args[i + 1] == f"{small_job.path}/data/train.jsonl"
     assert args[args.index("--hf-checkpoint") + 1] == "/models/m" == args[args.index("--load") + 1]
     assert args[args.index("--save") + 1] == "/runs/r/checkpoints"
+    assert args[args.index("--ref-load") + 1] == "/models/m"
     assert not any("${" in a for a in args)
     assert argv({"a": True, "b": False, "c": None, "d": [1, "${X}"]}, {"X": "x"}) == ["--a", "--d", "1", "x"]
     out = subprocess.run([sys.executable, "-m", "agentbridge_slime.args", str(small_job.path), "--model", "/models/m",
@@ -221,15 +224,64 @@ def test_launch_sh_runs_slimes_train_py_with_the_jobs_flags(small_job: Job, tmp_
                                         "'run': os.environ['AGENTBRIDGE_RUN_DIR']}))\n")
     models = tmp_path / "model_args.sh"
     models.write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 64)\n")
-    env = {**os.environ, "PYTHON": sys.executable, "SLIME_DIR": str(slime_dir), "MODEL": "/models/m",
-           "RUN_DIR": str(tmp_path / "run"), "MODEL_ARGS_FILE": str(models)}
+    model = tmp_path / "m"  # a local model directory (--hf-checkpoint; a hub id is downloaded first)
+    model.mkdir()
+    env = {**os.environ, "PYTHON": sys.executable, "SLIME_DIR": str(slime_dir), "MODEL": str(model),
+           "RUN_DIR": str(tmp_path / "run"), "MODEL_ARGS_FILE": str(models),
+           "AGENTBRIDGE_PHASES": "off"}  # the trainer alone (tests/test_phases.py runs the arms around it)
     out = subprocess.run(["bash", str(small_job.path / "launch.sh"), "--extra-flag"], capture_output=True, text=True,
                          env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    expected = job_argv(small_job.path, "/models/m", str(tmp_path / "run"))
+    expected = job_argv(small_job.path, str(model), str(tmp_path / "run"))
     assert seen["argv"] == ["--num-layers", "2", "--hidden-size", "64", *expected, "--extra-flag"]
     assert seen["run"] == str(tmp_path / "run")
     missing = subprocess.run(["bash", str(small_job.path / "launch.sh")], capture_output=True, text=True,
                              env={k: v for k, v in env.items() if k != "SLIME_DIR"})
     assert missing.returncode != 0 and "set SLIME_DIR to a checkout of THUDM/slime" in missing.stderr
+
+
+def slime_load_decision(args: list[str]) -> dict[str, object]:
+    """What slime does with the job's ``--load`` / ``--ref-load`` / ``--save*`` flags: a transcription of
+    ``slime_validate_args`` (slime/utils/arguments.py at THUDM/slime@624b824: ``load_is_megatron``, ``load_is_hf``,
+    ``load = ref_load`` otherwise, the ``--save`` assertion) and of when train.py saves
+    (``should_run_periodic_action(rollout_id, save_interval, ..., num_rollout)``), for CI, where slime does not import
+    (``test_slime_validate.py`` runs slime's own on the same job). HF loading is taken as supported (qwen2, llama, ...:
+    ``hf_to_megatron.supports_hf_weight_loading``)."""
+    def flag(name: str) -> str | None:
+        return args[args.index(name) + 1] if name in args else None
+
+    load, ref_load, save, interval = flag("--load"), flag("--ref-load"), flag("--save"), flag("--save-interval")
+    megatron = load is not None and os.path.exists(os.path.join(load, "latest_checkpointed_iteration.txt"))
+    hf = load is not None and os.path.isdir(load) and os.path.exists(os.path.join(load, "config.json"))
+    if not megatron and not hf:
+        load = ref_load
+    assert interval is None or save is not None, "'--save' is required when save_interval is set."
+    rollouts = int(flag("--num-rollout") or 0)
+    saved = [] if interval is None else [i for i in range(rollouts)
+                                         if i == rollouts - 1 or (i + 1) % int(interval) == 0]
+    return {"load": load, "resume": megatron, "saved": saved, "save_hf": flag("--save-hf")}
+
+
+def test_the_job_saves_its_model_and_resumes(tmp_path: Path) -> None:
+    """save, save-interval, save-hf, load and ref-load as slime reads them: a fresh run loads the model's HF weights and
+    saves every 50 rollouts and the last, each as a HF model; a relaunch loads the save directory and resumes."""
+    job = compile_job(tmp_path / "job", "algorithm.steps=120", "algorithm.kl_coef=0.05")
+    model, run = tmp_path / "model", tmp_path / "run"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    fresh = slime_load_decision(job_argv(job.path, str(model), str(run)))
+    assert fresh == {"load": str(model), "resume": False, "saved": [49, 99, 119],
+                     "save_hf": f"{run}/hf/rollout_{{rollout_id}}"}
+    args = job_argv(job.path, str(model), str(run))
+    assert args[args.index("--ref-load") + 1] == str(model) and args[args.index("--save") + 1] == f"{run}/checkpoints"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("99")  # what Megatron's save writes
+    resumed = slime_load_decision(job_argv(job.path, str(model), str(run)))
+    assert resumed["load"] == f"{run}/checkpoints" and resumed["resume"]
+    assert job_argv(job.path, str(model), str(run), load="/elsewhere")[args.index("--load") + 1] == "/elsewhere"
+    hub = slime_load_decision(job_argv(job.path, "Qwen/Qwen2.5-3B-Instruct", str(tmp_path / "other")))
+    assert hub["load"] == "Qwen/Qwen2.5-3B-Instruct"  # not a directory: launch.sh downloads it before (MODEL)
+    assert 'if [ ! -d "$MODEL" ]; then MODEL="$("$PYTHON" -c' in (job.path / "launch.sh").read_text()
+    bad = compile_job(tmp_path / "bad", "backend.options.save_interval=0")
+    assert any("save_interval" in str(p) for p in SlimeBackend().check(load_spec(bad.path / "spec.yaml")))

@@ -15,13 +15,13 @@ import httpx
 import pytest
 import yaml
 
+from agentbridge.adapter import TASK_KEY, decode_task
 from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS, cases
 from agentbridge.conformance.records import EpisodeRecord, compare
 from agentbridge.conformance.suite import golden_spec, reference_records
 from agentbridge.rollout.training import TrainingSequence, episode_sample
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge_slime.backend import SlimeBackend
-from agentbridge_slime.data import task_from_metadata
 from agentbridge_slime.generate import runner_for, spec_path
 from agentbridge_slime.protocol import (
     EngineAborted,
@@ -90,7 +90,7 @@ def protocol_records(kind: str, workdir: Path) -> tuple[list[EpisodeRecord], lis
     assert spec_path(args) == job.path.resolve() / "spec.yaml"
     agent = runner_for(args).agent
     rows = [json.loads(line) for line in (job.path / "data" / "train.jsonl").read_text().splitlines()]
-    tasks = [task_from_metadata(row["metadata"]) for row in rows]
+    tasks = [decode_task(row["metadata"].get(TASK_KEY), "slime") for row in rows]
     with GoldenRouterStandIn(agent.tokenizer) as router:
         policy = RouterPolicy(f"{router.url}/generate", {"temperature": args.rollout_temperature,
                                                         "max_new_tokens": args.rollout_max_response_len}, http_post)

@@ -84,3 +84,21 @@ def test_semantics_read_from_slimes_args(tmp_path: Path, algo: str, advantage: s
     assert (shared(semantics["advantage"]), shared(semantics["loss aggregation"])) == (advantage, aggregation)
     assert shared(semantics["clip"]) == clip and semantics["KL"] == "none"
     assert shared(semantics["group filtering"]) == ("groups with equal rewards dropped" if algo == "dapo" else "none")
+
+
+def test_slime_loads_the_model_saves_and_resumes(tmp_path: Path) -> None:
+    """slime's own slime_validate_args on the job's --load / --ref-load / --save flags: a fresh run loads the model
+    (HF weights, no optimizer state), a relaunch the save directory's Megatron checkpoint (optimizer and all)."""
+    from agentbridge.models import resolve_model_path
+    from agentbridge_slime.validate import parse_job
+
+    model, run = str(resolve_model_path("builtin:tiny")), tmp_path / "run"
+    job = compile_job(tmp_path / "job", "algorithm.kl_coef=0.05")
+    fresh = parse_job(job.path.resolve(), model, str(run))
+    assert (fresh.load, fresh.ref_load, fresh.save) == (model, model, f"{run}/checkpoints")
+    assert fresh.save_interval == 50 and fresh.save_hf == f"{run}/hf/rollout_{{rollout_id}}"
+    assert fresh.no_load_optim and fresh.finetune and fresh.start_rollout_id == 0
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("9")
+    resumed = parse_job(job.path.resolve(), model, str(run))
+    assert resumed.load == f"{run}/checkpoints" and not resumed.no_load_optim and resumed.start_rollout_id is None

@@ -36,7 +36,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     """The algorithm quantities TRL computes for ``batch`` under the job in ``job``."""
     import torch
 
-    from agentbridge.conformance.algorithms import reference_advantages
+    from agentbridge.conformance.algorithms import Recipe, reference_advantages
     from agentbridge.models import load_model, load_tokenizer
     from agentbridge.rollout.agent import Agent
     from agentbridge.spec import load_spec
@@ -60,7 +60,8 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
 
     advantages = _advantages(trainer, batch, spec)
     trainer._get_per_token_logps_and_entropies = forward_stand_in
-    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64), spec.algorithm.kl_coef)
+    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64), spec.algorithm.kl_coef,
+                                   Recipe.of(spec.algorithm))
     seq_adv = torch.stack([ref_adv[i][t["mask"][i].bool()][0] for i in range(n)]).float()  # one per sequence
     inputs = {"prompt_ids": torch.ones(n, 1, dtype=torch.long), "prompt_mask": torch.ones(n, 1, dtype=torch.long),
               "completion_ids": torch.ones(n, width, dtype=torch.long), "completion_mask": completion_mask,

@@ -119,11 +119,14 @@ def deepspeed_config(stage: int) -> dict[str, Any]:
 
 def batch_shape(spec: Spec, micro_batch_size: int | None) -> dict[str, int]:
     """GRPOConfig's batch arguments: each device's share of the step's episodes in micro-batches of
-    ``micro_batch_size`` whose gradients accumulate, all generated at once (one rollout, one update per RL step)."""
+    ``micro_batch_size`` whose gradients accumulate, all generated at once: one rollout, and one update per RL step
+    (``algorithm.mini_batches`` updates, each over that share of the micro-batches)."""
     per_device = max(1, spec.algorithm.batch_size * spec.algorithm.group_size // world_size(spec))
-    micro = min(per_device, micro_batch_size or per_device)
+    mini_batches = spec.algorithm.mini_batches or 1  # optimizer steps per generation (algorithm.mini_batches)
+    micro = min(max(1, per_device // mini_batches), micro_batch_size or per_device)
     steps = max(1, per_device // micro)
-    return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": steps, "steps_per_generation": steps}
+    return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": max(1, steps // mini_batches),
+            "steps_per_generation": steps}
 
 
 def _whole(value: Any, default: int) -> int:
@@ -174,6 +177,10 @@ def recipe_kwargs(spec: Spec) -> dict[str, Any]:
         kwargs["max_grad_norm"] = algo.max_grad_norm
     if algo.loss_agg is not None:
         kwargs["loss_type"] = LOSS_TYPES[algo.loss_agg]
+    if algo.scale_advantages is not None:
+        kwargs["scale_rewards"] = algo.scale_advantages  # TRL's own names: group, batch, none
+    if algo.epochs is not None:
+        kwargs["num_iterations"] = algo.epochs  # each generation's updates repeated (mini-batches: batch_shape)
     return kwargs
 
 

@@ -8,6 +8,13 @@ With ``--resume`` it continues the run in ``--run-dir`` from its newest checkpoi
 the arms already in ``eval_scores.jsonl`` are not evaluated again, the warm start is not redone (the control
 starts from ``warm_start.pt``), and GRPO goes on from the checkpoint's step with its optimizer, scheduler, RNG and
 data position.
+
+With ``model.lora`` the warm start (and the SFT-only control) train every weight of the base model as without it;
+GRPO then trains a new LoRA adapter on the warm-started base, which is also the reference policy of the KL term
+(TRL takes the reference log-probs with the adapter disabled). After GRPO the adapter is merged into the weights:
+the evaluation after RL, ``RUN_DIR/model`` and the control see a plain transformers model, and
+``RUN_DIR/model/model_info.json`` says so. The trainer's checkpoints hold the adapter alone; a run that keeps them
+also saves the warm-started base under ``RUN_DIR/rl_base`` so that ``--resume`` puts the adapter back on it.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 RL_START = "rl_start.pt"  # the warm-started weights the other ranks load (several processes); removed once loaded
+RL_BASE = "rl_base"  # with model.lora and checkpoints: the warm-started base the adapter trains on, for --resume
 
 
 def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool = False) -> dict[str, Any]:
@@ -43,7 +51,8 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
     from agentbridge_trl.config import rl_step_plan
     from agentbridge_trl.ranks import Ranks
     from agentbridge_trl.resume import checkpoint_step, record_resume, resume_point
-    from agentbridge_trl.trainer import build_trainer
+    from agentbridge_trl.trainer import build_trainer, lora_info, merge_adapter, write_model_info
+    from agentbridge_trl.zero import uses_deepspeed
 
     quiet_libraries()
     spec = load_spec(job_dir / "spec.yaml")
@@ -59,13 +68,20 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
     train_tasks = read_tasks_jsonl(job_dir / "data" / "train.jsonl")
     if not rl_done:  # a run that would make no RL step stops here, before the evaluations and the warm start
         check_rl_steps(len(train_tasks), *rl_step_plan(grpo_kwargs, ranks.count, len(train_tasks)))
+    lora = spec.model.lora
     model_path = str(checkpoint) if checkpoint is not None and rl_done else spec.model.path
+    if lora is not None and checkpoint is not None:  # the checkpoint holds the adapter: its base is loaded
+        model_path = _lora_base(run_dir, spec)
     say(f"loading {model_path}")
     agent = Agent.from_spec(spec)
     problems = agent.renderer.check()
     if problems:
         raise ValueError(f"model.chat_template: {problems[0]}")
-    model = load_model(model_path, seed=spec.seed)
+    # on this process's device (its GPU when the trainer has one): the evaluations and the warm start run there
+    model = load_model(model_path, seed=spec.seed).to(ranks.device)
+    if lora is not None and rl_done:
+        say(f"merging the LoRA adapter of {checkpoint}")
+        model = merge_adapter(model, checkpoint)
     if ranks.main:  # the run directory is set up once; the other ranks wait for it below
         kept = None if resume else keep_earlier_run(run_dir)
         if kept is not None:
@@ -73,6 +89,8 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
         run_dir.mkdir(parents=True, exist_ok=True)  # free now (absent or empty), or the run to resume
         if checkpoint is None:
             extra: dict[str, Any] = {"processes": ranks.count} if ranks.count > 1 else {}
+            if lora is not None:
+                extra["lora"] = lora_info(spec)
             info = manifest(kind="run", backend="trl", spec_hash=spec_hash(spec), seed=spec.seed,
                             chat_template_hash=text_hash(agent.renderer.chat_template), job=str(job_dir),
                             caches=cache_entries_used(), **extra,
@@ -91,8 +109,11 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
         experiment = Experiment(agent, model, run_dir, eval_tasks, say=say, progress=progress)
         earlier_s = 0.0  # RL time spent before the checkpoint a resumed run continues from
         if ranks.main:  # the phases before RL run once; the other ranks start RL from their result
-            earlier_s = _before_rl(experiment, run_dir, checkpoint, save_state=grpo_kwargs.get("save_strategy", "no")
-                                   != "no", share_weights=ranks.count > 1)
+            save_state = grpo_kwargs.get("save_strategy", "no") != "no"
+            earlier_s = _before_rl(experiment, run_dir, checkpoint, save_state=save_state,
+                                   share_weights=ranks.count > 1)
+            if lora is not None and save_state and checkpoint is None and spec.algorithm.warm_start is not None:
+                model.save_pretrained(run_dir / RL_BASE)  # what the adapter in the checkpoints trains on
         _share_start(ranks, model, run_dir / RL_START, checkpoint is None and spec.algorithm.warm_start is not None)
         algo = spec.algorithm
         update = progress("GRPO", algo.steps)
@@ -114,6 +135,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
             if spec.logging.enabled():  # where TRL's own trackers (report_to) write
                 for key, value in tracker_environment(spec, str(run_dir.absolute()), "trl").items():
                     os.environ.setdefault(key, value)
+            trainer = None
             try:
                 logger = RunLogger(run_dir, prefix="trl", on_row=on_row if ranks.main else None, plugins=plugins,
                                    max_error_rate=spec.agent.max_error_rate,
@@ -130,12 +152,17 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
                     plugins.unregister(TRACKERS_PLUGIN)
                 if trackers is not None:
                     trackers.close()
+            if uses_deepspeed(trainer):  # every rank: DeepSpeed's shards gathered into one whole model on each
+                model = _after_deepspeed(experiment, trainer)
+            elif lora is not None and ranks.main:
+                model = _after_lora(experiment, trainer)
         if not ranks.main:  # RL was the only phase spread over the ranks
             return {}
         if "after_rl" not in experiment.evals:  # a resumed run may have evaluated it before it stopped
             experiment.evaluate("after_rl")
         model.save_pretrained(run_dir / "model")
         agent.tokenizer.save_pretrained(run_dir / "model")
+        write_model_info(run_dir / "model", spec, base=_describe_base(run_dir, spec))
         if "sft_control" not in experiment.evals:
             experiment.control()
         summary = experiment.conclude()
@@ -174,6 +201,52 @@ def _before_rl(experiment: Any, run_dir: Path, checkpoint: Path | None, *, save_
     keep_rows_through(run_dir / "episodes.jsonl", step)
     experiment.say(f"resuming from {checkpoint} (step {step}; arms kept: {', '.join(experiment.evals) or 'none'})")
     return sum(float(r.get("time/step_s", 0.0)) for r in rows)
+
+
+def _after_deepspeed(experiment: Any, trainer: Any) -> Any:
+    """After RL under DeepSpeed (every rank): the trained model gathered whole into a plain model on this rank's
+    device, which the phases after RL evaluate, save and (the SFT-only control) train from the warm start's
+    snapshot; the trainer's engine is dropped. Returns that model."""
+    from agentbridge_trl.zero import release, trained_model
+
+    model = trained_model(trainer)
+    release(trainer)
+    experiment.model = model
+    if experiment.sft is not None:  # the control's SFT loop, on the plain model (the snapshot restores its start)
+        experiment.sft = experiment._sft_run(experiment.sft.rows)
+    return model
+
+
+def _after_lora(experiment: Any, trainer: Any) -> Any:
+    """After RL with ``model.lora`` (main process): the trained adapter merged into the base's weights, a plain
+    transformers model that the phases after RL evaluate, save and (the SFT-only control) train from the warm
+    start's snapshot. Returns that model."""
+    from agentbridge_trl.trainer import merge_lora
+
+    model = merge_lora(trainer.model)
+    experiment.model = model
+    if experiment.sft is not None:  # the control's SFT loop on the unwrapped layers (the snapshot restores its start)
+        experiment.sft = experiment._sft_run(experiment.sft.rows)
+    return model
+
+
+def _lora_base(run_dir: Path, spec: Any) -> str:
+    """Where a resumed LoRA run's base model is: the warm-started weights it saved, or the spec's model when it had
+    no warm start."""
+    if spec.algorithm.warm_start is None:
+        return str(spec.model.path)
+    if not (run_dir / RL_BASE).is_dir():
+        raise ValueError(f"--resume: {run_dir} has no {RL_BASE}/ (the warm-started base its LoRA checkpoints apply "
+                         "to); it cannot be resumed")
+    return str(run_dir / RL_BASE)
+
+
+def _describe_base(run_dir: Path, spec: Any) -> str:
+    """The base model's description in ``model_info.json``."""
+    if spec.algorithm.warm_start is None:
+        return f"{spec.model.path} (no warm start)"
+    kept = f", kept in {RL_BASE}/" if (run_dir / RL_BASE).is_dir() else ""
+    return f"{spec.model.path} after the warm start's full-weight SFT{kept}"
 
 
 def _share_start(ranks: Any, model: Any, path: Path, warm_started: bool) -> None:

@@ -24,6 +24,7 @@ class Ranks:
         self.index: int = state.process_index
         self.count: int = state.num_processes
         self.main: bool = state.is_main_process
+        self.device: Any = state.device  # where the trainer puts this process's model (its GPU, or the CPU)
         self.group: Any = None
         if self.count > 1:
             import torch.distributed as dist

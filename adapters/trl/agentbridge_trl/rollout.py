@@ -2,8 +2,9 @@
 
 Each prompt TRL hands over carries its task (a JSON string in the user message's ``task`` field). For each
 one the driver runs a full episode with TRL's generator: vLLM when the trainer uses it, the training model's
-``generate`` otherwise. The result is TRL's rollout dict: ``prompt_ids``, ``completion_ids``, ``logprobs``,
-``env_mask`` (the driver's ``response_mask``) and one extra key per reward component. When episodes saw images
+``generate`` otherwise (with ``model.lora``, its base model's, whose layers carry the adapter). The result is
+TRL's rollout dict: ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask`` (the driver's ``response_mask``)
+and one extra key per reward component. When episodes saw images
 (prompt images, tool screenshots) it also returns them per sample under ``ab_images``, for the VLM trainer
 (``agentbridge_trl.vlm``) to put in the forward pass.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from agentbridge.env import Task
@@ -83,10 +85,17 @@ class AgentRollout:
 
         tasks = [task_of(p) for p in prompts]
         self.seen_task_ids += [t.id for t in tasks]
+        from agentbridge_trl.shared_prefix import hf_model
+        from agentbridge_trl.zero import unsynced_generation, uses_deepspeed
+
         gather = getattr(trainer.args, "ds3_gather_for_generation", True)
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                          gather_deepspeed3_params=gather) as model:
-            trajs = asyncio.run(self.agent.run(tasks, self.policy(trainer, model), concurrency=self.concurrency))
+            # weights gathered whole on each rank: each rank's episodes generate on their own, as many times as
+            # they need (ZeRO-3 with gathering off keeps transformers' lockstep over the ranks)
+            with unsynced_generation() if uses_deepspeed(trainer) and gather else nullcontext():
+                trajs = asyncio.run(self.agent.run(tasks, self.policy(trainer, hf_model(model)),
+                                                   concurrency=self.concurrency))
         self.last = trajs
         if self.on_batch is not None:
             self.on_batch(trajs)

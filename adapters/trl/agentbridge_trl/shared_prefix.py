@@ -35,16 +35,41 @@ def common_prefix(input_ids: Any, starts: Any, prompt_width: int) -> int:
     return min(int(same.long().cumprod(0).sum().item()), shortest - 1)
 
 
+def hf_model(model: Any) -> Any:
+    """The transformers model inside a wrapper of the trainer's (DDP, a DeepSpeed engine, FSDP, torch.compile) and
+    inside a PEFT model (``model.lora``: the base model, whose layers carry the adapter in place, so its forward is
+    the adapted policy's, or the base policy's under ``disable_adapter()``); ``model`` itself when it is not wrapped.
+    A DeepSpeed engine's own ``config`` is DeepSpeed's dict, so the model's config and layers are read from what
+    this returns."""
+    from accelerate.utils import extract_model_from_parallel, is_peft_model
+
+    inner = extract_model_from_parallel(model)
+    return inner.get_base_model() if is_peft_model(inner) else inner
+
+
+def zero3_partitioned(model: Any) -> bool:
+    """Whether DeepSpeed ZeRO-3 holds ``model``'s weights in shards (each layer gathers its own in its forward)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
 def plain_head(model: Any) -> bool:
-    """Whether the model's logits are its output layer's, unscaled (what this computation reproduces). Not for a
-    model wrapped for several processes (DDP): calling its parts directly would skip the wrapper's gradient sync."""
-    if getattr(model, "config", None) is None:
+    """Whether the model's logits are its output layer's, unscaled (what this computation reproduces), and its parts
+    may be called one by one. Not for a model wrapped for several processes (DDP, a DeepSpeed engine): calling its
+    parts directly would skip the wrapper's forward (DDP's gradient sync); nor for weights ZeRO-3 shards, which
+    its hooks gather around the whole model's forward. Those go through TRL's own forward."""
+    from accelerate.utils import extract_model_from_parallel
+
+    inner = hf_model(model)
+    config = getattr(inner, "config", None)
+    if config is None or not hasattr(config, "get_text_config"):
         return False
-    text = model.config.get_text_config()
+    text = config.get_text_config()
     scaled = any(getattr(text, k, None) is not None for k in ("final_logit_softcapping", "logit_scale",
                                                               "output_multiplier", "lm_head_multiplier",
                                                               "logits_scaling"))
-    return not scaled and hasattr(model, "get_decoder") and model.get_output_embeddings() is not None
+    if scaled or extract_model_from_parallel(model) is not model or zero3_partitioned(inner):
+        return False
+    return hasattr(inner, "get_decoder") and inner.get_output_embeddings() is not None
 
 
 def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, temperature: float,
@@ -97,8 +122,8 @@ def agent_trainer_class() -> type:
                                                **media: Any) -> Any:
             if not compute_aux_loss and all(v is None for v in media.values()) and plain_head(model):
                 with self.accelerator.autocast():
-                    out = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, self.temperature,
-                                              compute_entropy)
+                    out = shared_prefix_logps(hf_model(model), input_ids, attention_mask, logits_to_keep,
+                                              self.temperature, compute_entropy)
                 if out is not None:
                     return out[0], out[1], None
             return super()._get_per_token_logps_and_entropies(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
-from agentbridge import adapter_kit as kit
+from agentbridge import adapter as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 

@@ -157,7 +157,7 @@ def test_submit_needs_the_main_process_ip_on_several_nodes(tmp_path: Path) -> No
     bin_dir.mkdir()
     (bin_dir / "accelerate").write_text('#!/usr/bin/env bash\necho "accelerate $*"\n')
     (bin_dir / "accelerate").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAIN_PROCESS_IP", "NUM_MACHINES")}
+    env = {k: v for k, v in os.environ.items() if k not in ("MAIN_PROCESS_IP", "NUM_MACHINES", "RUN_DIR")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
 
     def submit(**extra: str) -> subprocess.CompletedProcess[str]:
@@ -168,7 +168,36 @@ def test_submit_needs_the_main_process_ip_on_several_nodes(tmp_path: Path) -> No
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.strip().splitlines() == [
         "error: MAIN_PROCESS_IP: set it to node 0's address on every node of this 2-node job"]
-    res = submit(NUM_MACHINES="2", MAIN_PROCESS_IP="10.0.0.1")
+    res = submit(NUM_MACHINES="2", MAIN_PROCESS_IP="10.0.0.1", RUN_DIR="/shared/runs/calc")
     assert res.returncode == 0 and "--main_process_ip 10.0.0.1" in res.stdout
-    res = submit()  # one node: the local address
+    assert '--run-dir /shared/runs/calc' in res.stdout
+    res = submit()  # one node: the local address, the run directory under the working directory
     assert res.returncode == 0 and "--main_process_ip 127.0.0.1" in res.stdout
+
+
+def test_submit_needs_an_absolute_run_dir_on_several_nodes(tmp_path: Path) -> None:
+    """Ranks on every node write checkpoints (each its ZeRO shards) into RUN_DIR: a relative or unset one would
+    be each node's own directory, so a job over several nodes refuses it."""
+    job = compiled(["algorithm.steps=1"], tmp_path / "job")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "accelerate").write_text('#!/usr/bin/env bash\necho "accelerate $*"\n')
+    (bin_dir / "accelerate").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAIN_PROCESS_IP", "NUM_MACHINES", "RUN_DIR")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+
+    def submit(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(job / "submit.sh")], capture_output=True, text=True, timeout=60,
+                              env={**env, "NUM_MACHINES": "2", "MAIN_PROCESS_IP": "10.0.0.1", **extra})
+
+    for run_dir in (None, "runs/calc"):
+        res = submit(**({"RUN_DIR": run_dir} if run_dir else {}))
+        assert res.returncode == 2 and res.stdout == ""
+        assert res.stderr.strip().splitlines() == [
+            "error: RUN_DIR: set it to an absolute directory on storage every node of this 2-node job shares "
+            f"(now: '{run_dir or ''}')"]
+    res = submit(RUN_DIR="/shared/runs/calc")
+    assert res.returncode == 0 and "--run-dir /shared/runs/calc" in res.stdout
+    res = subprocess.run(["bash", str(job / "submit.sh")], capture_output=True, text=True, timeout=60,
+                         env={**env, "RUN_DIR": "runs/calc"})  # one node: a relative run directory is fine
+    assert res.returncode == 0 and "--run-dir runs/calc" in res.stdout

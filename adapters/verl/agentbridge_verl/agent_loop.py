@@ -13,19 +13,15 @@ from typing import Any
 from pydantic import ConfigDict
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
-from agentbridge.env import Task
-from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.agent_edge import ErrorRateGuard, fit_limits
-from agentbridge.rollout.training import episode_metrics, episode_sample, token_rewards
-from agentbridge.rollout.trajectory import Trajectory
-from agentbridge.runs import record_episode
-from agentbridge.spec import load_spec
-from agentbridge_verl.data import task_from_row
+from agentbridge import adapter as kit
+from agentbridge.adapter.episode import Episode, EpisodeRunner
+from agentbridge.rollout.training import token_rewards
+from agentbridge.spec import Spec, load_spec
 from agentbridge_verl.reward import REWARD_INFO_KEY, reward_extra_info
 from agentbridge_verl.reward_server import connect
 from agentbridge_verl.server_policy import ServerPolicy
 
-_AGENTS: dict[tuple[str, int, int, int], Agent] = {}
+_RUNNERS: dict[tuple[str, int, int, int], EpisodeRunner] = {}
 
 
 class DriverMetrics(AgentLoopMetrics):
@@ -54,15 +50,14 @@ class TurnCreditOutput(AgentLoopOutput):
         return output
 
 
-def agent_for(spec_path: str, tokenizer: Any, prompt_length: int, response_length: int) -> Agent:
-    """The spec's ``Agent`` for this tokenizer, its budgets capped to veRL's prompt/response lengths (cached)."""
+def runner_for(spec_path: str, tokenizer: Any, prompt_length: int, response_length: int) -> EpisodeRunner:
+    """The spec's episode runner for this tokenizer, its budgets capped to veRL's prompt/response lengths, built
+    once per worker process (veRL builds an agent loop per sample)."""
     key = (str(Path(spec_path).resolve()), id(tokenizer), prompt_length, response_length)
-    agent = _AGENTS.get(key)
-    if agent is None:
-        agent = Agent(load_spec(spec_path), tokenizer)
-        agent.limits = fit_limits(agent.limits, max_prompt=prompt_length, max_response=response_length)
-        _AGENTS[key] = agent
-    return agent
+    if key not in _RUNNERS:
+        _RUNNERS[key] = EpisodeRunner(load_spec(spec_path), tokenizer, "verl", max_prompt=prompt_length,
+                                      max_response=response_length)
+    return _RUNNERS[key]
 
 
 def default_spec_path(trainer_config: Any) -> str:
@@ -71,27 +66,27 @@ def default_spec_path(trainer_config: Any) -> str:
     return os.path.join(os.path.dirname(str(path)), "spec.yaml")
 
 
-def to_output(traj: Trajectory, agent: Agent, prompt_length: int, response_length: int, *,
-              logprobs: bool, num_preempted: int = -1, task: Task | None = None) -> AgentLoopOutput:
-    """The trajectory as an ``AgentLoopOutput`` that already fits veRL's padded shapes (veRL does not truncate).
+def to_output(episode: Episode, spec: Spec, prompt_length: int, response_length: int, *,
+              logprobs: bool, num_preempted: int = -1) -> AgentLoopOutput:
+    """The episode as an ``AgentLoopOutput`` that already fits veRL's padded shapes (veRL does not truncate).
 
-    An episode with no response token (its server failed on the first turn) becomes the core's fallback sample
-    (:func:`agentbridge.rollout.training.episode_sample`: one EOS token with mask 0, after the ``task``'s prompt
-    when it rendered none): veRL's V1 worker puts the reward on the last response token and fails the whole prompt
-    group without one.
+    An episode with no response token (its server failed on the first turn) is the core's fallback sample
+    (:func:`agentbridge.rollout.training.episode_sample`: one EOS token with mask 0, after the task's prompt when it
+    rendered none): veRL's V1 worker puts the reward on the last response token and fails the whole prompt group
+    without one.
     """
-    seq = episode_sample(traj, task, agent.renderer, agent.spec.agent.system_prompt)
+    traj, seq = episode.trajectory, episode.sample
     prompt_ids = seq.prompt_ids[-prompt_length:]
     response_ids = seq.response_ids[:response_length]
     mask, token_logprobs = seq.response_mask[:response_length], seq.logprobs[:response_length]
     metrics = DriverMetrics(generate_sequences=traj.metrics.get("time/generate_s", 0.0),
                             tool_calls=traj.metrics.get("time/env_s", 0.0), num_preempted=num_preempted,
-                            **episode_metrics(traj))
-    info = {"task_id": traj.task_id, "finish_reason": traj.finish_reason, "error": traj.error or "",
+                            **episode.metrics)
+    info = {**episode.info,
             "truncated": int(len(traj.prompt_ids) > prompt_length or len(traj.response_ids) > response_length)}
     fields: dict[str, Any] = {}
     cls = AgentLoopOutput
-    if agent.spec.algorithm.credit == "turn":
+    if spec.algorithm.credit == "turn":
         cls, fields = TurnCreditOutput, {"token_rewards": token_rewards(traj, "turn")[:response_length]}
     return cls(
         **fields,
@@ -101,18 +96,10 @@ def to_output(traj: Trajectory, agent: Agent, prompt_length: int, response_lengt
         response_logprobs=token_logprobs if logprobs else None,
         multi_modal_data={"images": list(traj.images)} if traj.images else None,
         reward_score=float(traj.reward),
-        num_turns=sum(1 for m in traj.messages if m.get("role") != "system"),
+        num_turns=episode.turns,
         metrics=metrics,
-        extra_fields={REWARD_INFO_KEY: reward_extra_info(traj, agent.spec), "agentbridge": info},
+        extra_fields={REWARD_INFO_KEY: reward_extra_info(traj, spec), "agentbridge": info},
     )
-
-
-_GUARDS: dict[str, ErrorRateGuard] = {}
-
-
-def error_guard(spec_path: str, max_rate: float) -> ErrorRateGuard:
-    """One guard per spec in this worker process (veRL builds an agent loop per sample)."""
-    return _GUARDS.setdefault(spec_path, ErrorRateGuard(max_rate))
 
 
 class AgentBridgeAgentLoop(AgentLoopBase):
@@ -123,18 +110,16 @@ class AgentBridgeAgentLoop(AgentLoopBase):
         kwargs.pop("tools", None)  # agentbridge's environment owns the tools
         super().__init__(*args, **kwargs)
         self.spec_path = spec_path or default_spec_path(self.config)
-        self.agent = agent_for(self.spec_path, self.tokenizer, self.rollout_config.prompt_length,
-                               self.rollout_config.response_length)
+        self.runner = runner_for(self.spec_path, self.tokenizer, self.rollout_config.prompt_length,
+                                 self.rollout_config.response_length)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Rebuild the task from ``extra_info``, run the driver with veRL's server as policy, convert."""
-        await connect(self.config, self.agent.spec)  # a served reward model: through veRL's reward router
-        task = task_from_row(kwargs.get("extra_info"))
+        await connect(self.config, self.runner.spec)  # a served reward model: through veRL's reward router
+        task = kit.decode_task((kwargs.get("extra_info") or {}).get(kit.TASK_KEY), "verl")
         policy = ServerPolicy(self.server_manager, sampling_params)
-        (traj,) = await self.agent.run([task], policy, concurrency=1)
-        error_guard(self.spec_path, self.agent.spec.agent.max_error_rate).record(traj)
-        record_episode(traj, "verl")
+        episode = await self.runner.run(task, policy)
         preempted = policy.num_preempted if policy.calls else -1
-        return to_output(traj, self.agent, self.rollout_config.prompt_length, self.rollout_config.response_length,
-                         logprobs=bool(sampling_params.get("logprobs", True)), num_preempted=preempted,
-                         task=task)
+        return to_output(episode, self.runner.spec, self.rollout_config.prompt_length,
+                         self.rollout_config.response_length, logprobs=bool(sampling_params.get("logprobs", True)),
+                         num_preempted=preempted)

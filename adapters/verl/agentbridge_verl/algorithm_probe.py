@@ -41,7 +41,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     from verl.trainer.ppo import core_algos
     from verl.utils.config import omega_conf_to_dataclass
 
-    from agentbridge.conformance.algorithms import reference_advantages
+    from agentbridge.conformance.algorithms import Recipe, reference_advantages
     from agentbridge.spec import load_spec
     from agentbridge_verl.validate import compose_job
 
@@ -75,7 +75,8 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     mode = actor_cfg.get("loss_agg_mode", "token-mean")
     loss_mode = actor_cfg.policy_loss.get("loss_mode", "vanilla")
     ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(width, torch.float64),
-                                   spec.algorithm.kl_coef).float()
+                                   spec.algorithm.kl_coef,
+                                   Recipe.of(spec.algorithm)).float()
     loss, metrics = core_algos.get_policy_loss_fn(loss_mode)(
         old_log_prob=t["old_logp"], log_prob=t["logp"], advantages=ref_adv, response_mask=mask,
         loss_agg_mode=mode, config=actor)

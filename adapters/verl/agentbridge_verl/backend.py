@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agentbridge import adapter_kit as kit
-from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
-from agentbridge.spec import Spec, dump_spec
+from agentbridge import adapter as kit
+from agentbridge.backends import Capabilities, Problem
+from agentbridge.spec import Spec
 from agentbridge.training.phases import launch_lines
 from agentbridge.training.trackers import tracker_env_lines
 from agentbridge_verl import VERL_PIN, __version__
@@ -41,23 +39,20 @@ def _v1_trainer(spec: Spec) -> bool:
     return bool(value)
 
 
-class VerlBackend:
+class VerlBackend(kit.Adapter):
     """Compiles a spec into a veRL 0.9.1 PPO-trainer job whose agent loop runs agentbridge's driver."""
 
-    name = "verl"
-    module = "verl"  # what must import for this backend to run here
+    name, label, module, version, pin = "verl", "veRL", "verl", __version__, VERL_PIN
+    algorithms, grouped, known_options = ALGORITHMS, frozenset(GROUPED), dict.fromkeys(OPTIONS)
+    recipe_why_not = {"scale_advantages": {"batch": "veRL 0.9.1's grpo advantage divides by the group's std or by "
+                                                    "nothing (norm_adv_by_std_in_grpo); it has no batch std"}}
+    lora_why_not = None
+    validator, conformance_module = "agentbridge_verl.validate", "agentbridge_verl.conformance"
     algorithm_probe = "agentbridge_verl.algorithm_probe"  # the training-math conformance
     step_probe = "agentbridge_verl.step_probe"
-
-    def conformance(self, kind: str, workdir: Path) -> list[Any]:
-        """The golden episodes of ``kind`` through veRL's own rollout step (``agentbridge.conformance``).
-
-        Compiles the golden spec with ``backend.name=verl``: veRL applies ``backend.options`` and
-        ``backend.overrides`` only when it is the spec's backend, and the golden spec names trl.
-        """
-        from agentbridge_verl.conformance import golden_records
-
-        return golden_records(kind, workdir)
+    config_file = f"{CONFIG_NAME}.yaml"
+    control_note = True
+    config_header = f"# veRL {VERL_PIN} trainer config for this job (extends ppo_trainer); paths come from launch.sh\n"
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -69,17 +64,18 @@ class VerlBackend:
                    f"training needs GPUs (veRL {VERL_PIN} has no CPU trainer); the agent loop and validation run "
                    "on CPU"])
 
-    def check(self, spec: Spec) -> list[Problem]:
-        """What in ``spec`` veRL cannot run, one line each (needs no veRL installed)."""
-        problems = [*kit.algorithm_check(self, spec), *kit.unknown_options(self, spec, OPTIONS, "veRL")]
-        problems += kit.recipe_problems(spec, self.name)
+    def recipe_refusals(self, spec: Spec) -> dict[str, str]:
+        refusals = super().recipe_refusals(spec)
+        if spec.model.lora is not None and spec.model.lora.dropout > 0:
+            refusals["model.lora"] = "veRL 0.9.1's FSDP LoRA has no dropout key (peft's 0 applies): set dropout 0"
+        return refusals
+
+    def spec_problems(self, spec: Spec) -> list[Problem]:
+        problems = []
         engine = options(spec)["rollout_engine"]
         if engine not in ROLLOUT_ENGINES:
             problems.append(Problem("backend.options.rollout_engine",
                                     f"must be one of {', '.join(ROLLOUT_ENGINES)}, got {engine!r}"))
-        if spec.algorithm.name in GROUPED and spec.algorithm.group_size < 2:
-            problems.append(Problem("algorithm.group_size", f"{spec.algorithm.name} computes advantages within a "
-                                    "group: it needs at least 2 samples per prompt"))
         problems += _reward_model_problems(spec)
         if spec.algorithm.credit == "turn" and not _v1_trainer(spec):
             problems.append(Problem("algorithm.credit", "turn credit reaches veRL through its V1 trainer's "
@@ -87,47 +83,108 @@ class VerlBackend:
                                     "(trainer.use_v1), whose legacy trainer keeps one reward per episode"))
         return problems
 
-    def compile(self, spec: Spec, out: Path) -> Job:
-        """Write the job's files (spec, parquet data, Hydra config, agent-loop YAML, reward, scripts); the Job's
-        manifest is filled."""
-        from agentbridge.plugins import get_plugins
-        from agentbridge.rollout.agent import load_tasks
+    def write_data(self, draft: kit.Draft) -> None:
+        spec = draft.spec
+        for split, tasks in (("train", draft.train), ("eval", draft.evals)):
+            if tasks:
+                write_parquet(draft.out / "data" / f"{split}.parquet", tasks, split, spec)
 
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        train, evals = load_tasks(spec, "train"), load_tasks(spec, "eval")
-        write_parquet(out / "data" / "train.parquet", train, "train", spec)
-        if evals:
-            write_parquet(out / "data" / "eval.parquet", evals, "eval", spec)
-        (out / "spec.yaml").write_text(dump_spec(spec))
-        config = job_config(spec)
-        get_plugins().hook.modify_backend_config(spec=spec, backend=self.name, config=config)
-        header = f"# veRL {VERL_PIN} trainer config for this job (extends ppo_trainer); paths come from launch.sh\n"
-        (out / f"{CONFIG_NAME}.yaml").write_text(header + yaml.safe_dump(config, sort_keys=False))
+    def job_config(self, draft: kit.Draft) -> dict[str, Any]:
+        return job_config(draft.spec)
+
+    def write_files(self, draft: kit.Draft) -> None:
+        out = draft.out
         (out / AGENT_LOOP_FILE).write_text(yaml.safe_dump(agent_loop_entries(), sort_keys=False))
         (out / REWARD_FILE).write_text(
             '"""veRL reward entry: the driver scored each episode inside agentbridge\'s agent loop."""\n\n'
             "from agentbridge_verl.reward import compute_score  # noqa: F401\n")
-        notes = [n for n in (kit.foreign_note(self, spec, "veRL"), *compile_notes(spec)) if n]
-        kit.write_script(out / "launch.sh", _launch_lines(spec, has_eval=bool(evals)), notes)
-        kit.write_script(out / "submit.sh", _submit_lines(spec))
-        return kit.new_job(self, spec, out, version=__version__, pin=VERL_PIN,
-                           tasks={"train": len(train), "eval": len(evals)},
-                           gpus={"nnodes": spec.resources.nodes, "n_gpus_per_node": n_gpus_per_node(spec)}, notes=notes)
 
-    def validate(self, job: Job) -> Report:
-        """veRL's own checks on the job, in the veRL environment; one line per problem."""
-        return kit.run_validator(job, self, "agentbridge_verl.validate")
+    def manifest_extra(self, draft: kit.Draft) -> dict[str, Any]:
+        spec = draft.spec
+        return {"gpus": {"nnodes": spec.resources.nodes, "n_gpus_per_node": n_gpus_per_node(spec)}}
 
-    def launch(self, job: Job, runner: Any = None, run_dir: Path | None = None,
-               extra_args: list[str] | None = None) -> Path:
-        """Run ``launch.sh`` (veRL's ``main_ppo`` on this machine; it needs GPUs); returns the run directory."""
-        return kit.launch_job(job, runner, run_dir, self, label="veRL", extra_args=extra_args or ())
+    def compile_notes(self, draft: kit.Draft) -> list[str]:
+        """What the veRL job does differently from the spec (kept in the manifest and at the top of launch.sh), besides
+        leaving out another backend's options."""
+        spec = draft.spec
+        notes = []
+        workers, wanted = agent_workers(spec), int(options(spec)["agent_workers"])
+        if workers != wanted:
+            episodes = spec.algorithm.batch_size * spec.algorithm.group_size
+            notes.append(f"backend.options.agent_workers: {workers} agent-loop workers, not {wanted}: veRL splits a "
+                         f"step's {episodes} episodes into equal chunks, one per worker")
+        if spec.resources.gpus_per_node == 0:
+            notes.append("resources.gpus_per_node is 0, but veRL's trainer needs GPUs: compiled for 1 GPU per node")
+        if served_reward_model(spec) is not None:
+            opts = options(spec)
+            notes.append(f"core/reward_model serve: backend: veRL serves it with {REWARD_MODEL_ENGINE} on a GPU pool "
+                         f"of its own, {opts['reward_model_nodes']} node(s) x "
+                         f"{opts['reward_model_gpus_per_node']} GPU(s) beside the trainer's "
+                         "(backend.options.reward_model_*), and the agent loop scores through veRL's reward router")
+        return notes
+
+    def launch_lines(self, draft: kit.Draft) -> list[str]:
+        spec, has_eval = draft.spec, draft.has_eval
+        paths = " \\\n  ".join(f'"{o}"' for o in path_overrides(spec, "$ROOT", "$MODEL", has_eval=has_eval,
+                                                                  reward_model="$RM_MODEL"))
+        step = '$(cat "$RUN_DIR/checkpoints/latest_checkpointed_iteration.txt" 2>/dev/null || echo none)'
+        before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR",
+                                     checkpoint=f"$RUN_DIR/checkpoints/global_step_{step}/actor/huggingface")
+        return [
+            "# Run veRL's PPO trainer with agentbridge's agent loop on this machine (veRL's trainer needs GPUs).",
+            "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
+            kit.default_line("PYTHON", self.python()),
+            'ROOT="${ROOT:-$JOB}"',
+            *_model_lines(spec),
+            kit.default_line("RUN_DIR", f"runs/{spec.name}"),
+            "# the run format every backend writes: veRL's step metrics (file logger) and the driver's episodes",
+            "# absolute: every rank resolves the checkpoint directory in its own working directory otherwise",
+            'mkdir -p "$RUN_DIR" && RUN_DIR="$(cd "$RUN_DIR" && pwd)"',
+            'export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$RUN_DIR/verl_metrics.jsonl}"',
+            'export AGENTBRIDGE_RUN_DIR="$RUN_DIR"',
+            "# first: the Ray cluster the job uses ($RAY_ADDRESS) must have the nodes it asks for (veRL waits forever)",
+            '"$PYTHON" -m agentbridge_verl.cluster "$JOB" "$@"',
+            *tracker_env_lines(spec, "$RUN_DIR", "verl"),
+            *before,
+            f"\"$PYTHON\" -m verl.trainer.main_ppo --config-path \"$JOB\" --config-name {CONFIG_NAME} \\",
+            f"  {paths} \\",
+            '  trainer.default_local_dir="$RUN_DIR/checkpoints" "$@"',
+            '[ ! -f "$VERL_FILE_LOGGER_PATH" ] || "$PYTHON" -m agentbridge_verl.run_metrics "$RUN_DIR" || true',
+            *after,
+        ]
+
+    def submit_lines(self, draft: kit.Draft) -> list[str]:
+        spec = draft.spec
+        nodes, gpus = spec.resources.nodes, n_gpus_per_node(spec)
+        return [
+            "# Submit to a running Ray cluster (ray start --head; ray start --address=... on the other nodes).",
+            "# The job directory is the Ray working_dir, so every node reads data, spec and configs from its own copy.",
+            f"# PYTHON is the veRL environment (verl=={VERL_PIN}, agentbridge, agentbridge-verl and the spec's "
+            "plugins)",
+            "# at the same path on every node: Ray runs all workers with it, so agentbridge imports everywhere. It is",
+            "# main_ppo's ray_kwargs.ray_init.runtime_env.py_executable, not the Job's: Ray refuses a Job runtime env",
+            "# that shares a key with the one main_ppo passes to ray.init (py_executable is always among them).",
+            kit.default_line("PYTHON", self.python()),
+            "# RUN_DIR: checkpoints, metrics and the trained model, written by ranks on every node: an absolute path "
+            "on",
+            "# storage all nodes share (a relative one would land in each node's copy of the working_dir, and be lost)",
+            "case \"${RUN_DIR:-}\" in /*) ;; *) echo \"submit.sh: set RUN_DIR to an absolute directory on storage "
+            "every "
+            "node shares (now: '${RUN_DIR:-}')\" >&2; exit 2 ;; esac",
+            "RAY_ADDRESS=\"${RAY_ADDRESS:-http://127.0.0.1:8265}\"",
+            f"NNODES=\"${{NNODES:-{nodes}}}\"",
+            f"GPUS_PER_NODE=\"${{GPUS_PER_NODE:-{gpus}}}\"",
+            "RUNTIME_ENV=\"{\\\"env_vars\\\": {\\\"AGENTBRIDGE_JOB\\\": \\\"$(basename \"$JOB\")\\\"}}\"",
+            "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" --runtime-env-json \"$RUNTIME_ENV\" "
+            "\\",
+            "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" bash launch.sh \\",
+            "  trainer.nnodes=\"$NNODES\" trainer.n_gpus_per_node=\"$GPUS_PER_NODE\" \\",
+            "  \"ray_kwargs.ray_init.runtime_env.py_executable=$PYTHON\" \"$@\"",
+        ]
 
 
 REWARD_MODEL_OPTIONS = {"reward_model_nodes": int, "reward_model_gpus_per_node": int,
                         "reward_model_tensor_parallel_size": int, "reward_model_gpu_memory_utilization": float}
-
 
 def _reward_model_problems(spec: Spec) -> list[Problem]:
     """The served reward model's options: counts of at least 1, a memory share in (0, 1], a pool that holds one
@@ -155,35 +212,6 @@ def _reward_model_problems(spec: Spec) -> list[Problem]:
     return problems
 
 
-def compile_notes(spec: Spec) -> list[str]:
-    """What the veRL job does differently from the spec (kept in the manifest and at the top of launch.sh), besides
-    leaving out another backend's options."""
-    notes = []
-    workers, wanted = agent_workers(spec), int(options(spec)["agent_workers"])
-    if workers != wanted:
-        episodes = spec.algorithm.batch_size * spec.algorithm.group_size
-        notes.append(f"backend.options.agent_workers: {workers} agent-loop workers, not {wanted}: veRL splits a "
-                     f"step's {episodes} episodes into equal chunks, one per worker")
-    if spec.algorithm.warm_start is not None and spec.algorithm.warm_start.control:
-        notes.append("algorithm.warm_start.control is not run by the veRL job: the SFT-only control needs RL's wall "
-                     "time in-process (the TRL backend runs it); the warm start and the held-out arms run around "
-                     "veRL's trainer")
-    if spec.resources.gpus_per_node == 0:
-        notes.append("resources.gpus_per_node is 0, but veRL's trainer needs GPUs: compiled for 1 GPU per node")
-    if served_reward_model(spec) is not None:
-        opts = options(spec)
-        notes.append(f"core/reward_model serve: backend: veRL serves it with {REWARD_MODEL_ENGINE} on a GPU pool of "
-                     f"its own, {opts['reward_model_nodes']} node(s) x {opts['reward_model_gpus_per_node']} GPU(s) "
-                     "beside the trainer's (backend.options.reward_model_*), and the agent loop scores through "
-                     "veRL's reward router")
-    return notes
-
-
-def verl_python() -> str:
-    """The veRL environment's interpreter (see ``agentbridge.backends.backend_python``), else this one."""
-    return backend_python("verl", "verl") or sys.executable
-
-
 def _model_lines(spec: Spec) -> list[str]:
     """``MODEL`` (and ``RM_MODEL``, a served reward model): a builtin is built (cached) by agentbridge; anything
     else goes to veRL verbatim."""
@@ -192,56 +220,3 @@ def _model_lines(spec: Spec) -> list[str]:
     return [kit.model_line(var, path) for var, path in models]
 
 
-def _launch_lines(spec: Spec, *, has_eval: bool) -> list[str]:
-    paths = " \\\n  ".join(f'"{o}"' for o in path_overrides(spec, "$ROOT", "$MODEL", has_eval=has_eval,
-                                                              reward_model="$RM_MODEL"))
-    step = '$(cat "$RUN_DIR/checkpoints/latest_checkpointed_iteration.txt" 2>/dev/null || echo none)'
-    before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR",
-                                 checkpoint=f"$RUN_DIR/checkpoints/global_step_{step}/actor/huggingface")
-    return [
-        "# Run veRL's PPO trainer with agentbridge's agent loop on this machine (veRL's trainer needs GPUs).",
-        "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
-        kit.default_line("PYTHON", verl_python()),
-        'ROOT="${ROOT:-$JOB}"',
-        *_model_lines(spec),
-        kit.default_line("RUN_DIR", f"runs/{spec.name}"),
-        "# the run format every backend writes: veRL's step metrics (file logger) and the driver's episodes",
-        "# absolute: every rank resolves the checkpoint directory in its own working directory otherwise",
-        'mkdir -p "$RUN_DIR" && RUN_DIR="$(cd "$RUN_DIR" && pwd)"',
-        'export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$RUN_DIR/verl_metrics.jsonl}"',
-        'export AGENTBRIDGE_RUN_DIR="$RUN_DIR"',
-        "# first: the Ray cluster the job uses ($RAY_ADDRESS) must have the nodes it asks for (veRL waits forever)",
-        '"$PYTHON" -m agentbridge_verl.cluster "$JOB" "$@"',
-        *tracker_env_lines(spec, "$RUN_DIR", "verl"),
-        *before,
-        f"\"$PYTHON\" -m verl.trainer.main_ppo --config-path \"$JOB\" --config-name {CONFIG_NAME} \\",
-        f"  {paths} \\",
-        '  trainer.default_local_dir="$RUN_DIR/checkpoints" "$@"',
-        '[ ! -f "$VERL_FILE_LOGGER_PATH" ] || "$PYTHON" -m agentbridge_verl.run_metrics "$RUN_DIR" || true',
-        *after,
-    ]
-
-
-def _submit_lines(spec: Spec) -> list[str]:
-    nodes, gpus = spec.resources.nodes, n_gpus_per_node(spec)
-    return [
-        "# Submit to a running Ray cluster (ray start --head; ray start --address=... on the other nodes).",
-        "# The job directory is the Ray working_dir, so every node reads data, spec and configs from its own copy.",
-        f"# PYTHON is the veRL environment (verl=={VERL_PIN}, agentbridge, agentbridge-verl and the spec's plugins)",
-        "# at the same path on every node: Ray runs all workers with it, so agentbridge imports everywhere. It is",
-        "# main_ppo's ray_kwargs.ray_init.runtime_env.py_executable, not the Job's: Ray refuses a Job runtime env",
-        "# that shares a key with the one main_ppo passes to ray.init (py_executable is always among them).",
-        kit.default_line("PYTHON", verl_python()),
-        "# RUN_DIR: checkpoints, metrics and the trained model, written by ranks on every node: an absolute path on",
-        "# storage all nodes share (a relative one would land in each node's copy of the working_dir, and be lost)",
-        "case \"${RUN_DIR:-}\" in /*) ;; *) echo \"submit.sh: set RUN_DIR to an absolute directory on storage every "
-        "node shares (now: '${RUN_DIR:-}')\" >&2; exit 2 ;; esac",
-        "RAY_ADDRESS=\"${RAY_ADDRESS:-http://127.0.0.1:8265}\"",
-        f"NNODES=\"${{NNODES:-{nodes}}}\"",
-        f"GPUS_PER_NODE=\"${{GPUS_PER_NODE:-{gpus}}}\"",
-        "RUNTIME_ENV=\"{\\\"env_vars\\\": {\\\"AGENTBRIDGE_JOB\\\": \\\"$(basename \"$JOB\")\\\"}}\"",
-        "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" --runtime-env-json \"$RUNTIME_ENV\" \\",
-        "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" bash launch.sh \\",
-        "  trainer.nnodes=\"$NNODES\" trainer.n_gpus_per_node=\"$GPUS_PER_NODE\" \\",
-        "  \"ray_kwargs.ray_init.runtime_env.py_executable=$PYTHON\" \"$@\"",
-    ]

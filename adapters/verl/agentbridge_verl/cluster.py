@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from agentbridge.adapter_kit import ray_cluster_nodes
+from agentbridge.adapter import ray_cluster_nodes
 from agentbridge_verl.config import CONFIG_NAME
 
 ADDRESS_ENV = "RAY_ADDRESS"

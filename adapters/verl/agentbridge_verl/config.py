@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentbridge.adapter_kit import flatten, set_dotted
+from agentbridge.adapter import flatten, set_dotted
 from agentbridge.reward_model import RewardModelArgs, backend_served
 from agentbridge.spec.recipe import clip_range, dual_clip
 from agentbridge.spec.schema import Spec
@@ -153,6 +153,17 @@ def recipe_settings(spec: Spec) -> dict[str, Any]:
         out[actor + "loss_agg_mode"] = LOSS_AGG_MODES[algo.loss_agg]
         if algo.loss_agg == "seq_mean_token_sum_norm":
             out[actor + "loss_scale_factor"] = spec.agent.max_response_tokens
+    if algo.scale_advantages is not None:  # batch is refused (VerlBackend.recipe_why_not)
+        out["algorithm.norm_adv_by_std_in_grpo"] = algo.scale_advantages == "group"
+    if algo.epochs is not None:
+        out[actor + "ppo_epochs"] = algo.epochs
+    if algo.mini_batches is not None:  # in prompts: veRL multiplies by rollout.n
+        out[actor + "ppo_mini_batch_size"] = algo.batch_size // algo.mini_batches
+    lora = spec.model.lora
+    if lora is not None:  # FSDP's LoRA; the reference log-probs run with the adapter disabled: the base model
+        out.update({"actor_rollout_ref.model.lora_rank": lora.rank,
+                    "actor_rollout_ref.model.lora_alpha": lora.scaling_alpha(),
+                    "actor_rollout_ref.model.target_modules": lora.target_modules})
     return out
 
 

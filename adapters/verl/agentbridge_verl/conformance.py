@@ -38,11 +38,11 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
+from agentbridge import adapter as kit
 from agentbridge.conformance.golden import BACKEND_LENGTHS, CREDIT, LENGTHS
 from agentbridge.conformance.records import EpisodeRecord, image_digest
 from agentbridge.conformance.suite import ConformanceError
 
-TASK_KEY = "agentbridge_task"
 # agent-loop workers of the conformance job (the default is 8): each is built in this process, and a worker's
 # tokenizer and processor take seconds to load; two still split the batch into chunks that veRL concatenates
 AGENT_WORKERS = 2
@@ -83,10 +83,10 @@ class HandedImagesWorker(AgentLoopWorker):
 
 def case_of(extra_info: Any) -> str:
     """The golden case of a batch row: the id of the task its ``extra_info`` carries."""
-    raw = (extra_info or {}).get(TASK_KEY)
-    if raw is None:
-        raise ConformanceError(f"a veRL batch row has no extra_info.{TASK_KEY}")
-    return str(json.loads(raw)["id"])
+    try:
+        return kit.decode_task((extra_info or {}).get(kit.TASK_KEY), "verl").id
+    except ValueError as e:
+        raise ConformanceError(str(e)) from None
 
 
 def row_images(where: str, handed: dict[str, Any] | None, mm_inputs: dict[str, Any] | None,

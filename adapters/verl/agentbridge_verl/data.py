@@ -11,12 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentbridge import adapter as kit
 from agentbridge.env import Task
 from agentbridge.rollout.agent_edge import prompt_messages
 from agentbridge.spec.schema import Spec
 from agentbridge_verl.config import AGENT_NAME
-
-TASK_KEY = "agentbridge_task"
 
 
 def task_row(task: Task, index: int, split: str, spec: Spec) -> dict[str, Any]:
@@ -28,18 +27,9 @@ def task_row(task: Task, index: int, split: str, spec: Spec) -> dict[str, Any]:
         "prompt": prompt_messages(spec.agent.system_prompt, task.prompt),
         "ability": "agent",
         "reward_model": {"style": "agentbridge", "ground_truth": truth},
-        "extra_info": {"index": index, "split": split, TASK_KEY: json.dumps(task.to_dict())},
+        "extra_info": {"index": index, "split": split, kit.TASK_KEY: kit.encode_task(task)},
         "agent_name": AGENT_NAME,
     }
-
-
-def task_from_row(extra_info: dict[str, Any] | None) -> Task:
-    """The task a row carries; one clear line when the row was not written by this adapter."""
-    raw = (extra_info or {}).get(TASK_KEY)
-    if raw is None:
-        raise ValueError(f"dataset row has no extra_info.{TASK_KEY}; compile the data with "
-                         "`agentbridge compile --backend verl`")
-    return Task.from_dict(json.loads(raw))
 
 
 def write_parquet(path: Path, tasks: list[Task], split: str, spec: Spec) -> int:

@@ -11,6 +11,8 @@ Run as ``python -m agentbridge_verl.validate JOB_DIR [--json]`` in the veRL envi
 from __future__ import annotations
 
 import contextlib
+import copy
+import importlib.util
 import io
 import os
 import sys
@@ -20,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from agentbridge import adapter_kit as kit
+from agentbridge import adapter as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 from agentbridge_verl import VERL_PIN
@@ -451,8 +453,16 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
+    checked = cfg
+    if int(cfg.actor_rollout_ref.model.get("lora_rank", 0) or 0) > 0 and importlib.util.find_spec("vllm") is None:
+        # validate_config checks the rank against vLLM's LoRA ranks by importing veRL's vLLM rollout, which needs
+        # vLLM: everything else is checked here on a copy without the rank
+        checked = copy.deepcopy(cfg)
+        checked.actor_rollout_ref.model.lora_rank = 0
+        skipped.append("actor_rollout_ref.model.lora_rank: veRL checks it against vLLM's LoRA ranks, which needs "
+                       "vLLM (not in this CPU environment); checked where the job runs")
     try:
-        validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+        validate_config(checked, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
         OmegaConf.resolve(cfg)
     except Exception as e:  # noqa: BLE001
         return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"veRL's validate_config rejects it: {_first_line(e)}")]

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import yaml
 from conftest import EXAMPLE, SMALL, compile_job
 
+from agentbridge.adapter import TASK_KEY, decode_task
 from agentbridge.backends import Job
 from agentbridge.spec import load_spec
 from agentbridge_verl.backend import VerlBackend
-from agentbridge_verl.data import task_from_row
 
 
 def test_compile_writes_a_self_contained_job(small_job: Job) -> None:
@@ -39,7 +39,7 @@ def test_parquet_rows_carry_the_task_and_select_agentbridges_loop(small_job: Job
     row = rows[0]
     assert row["agent_name"] == "agentbridge" and row["data_source"] == "agentbridge/math/calculator"
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]
-    task = task_from_row(row["extra_info"])
+    task = decode_task(row["extra_info"][TASK_KEY], "verl")
     assert task.prompt == row["prompt"][1]["content"] and task.data["answer"] == row["reward_model"]["ground_truth"]
     assert row["extra_info"]["index"] == 0
 

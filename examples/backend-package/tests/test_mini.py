@@ -52,7 +52,7 @@ def test_compile_validate_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     job = backend.compile(load_spec(SPEC), tmp_path / "job")
     assert json.loads((job.path / "mini.json").read_text()) == {"steps": 2, "batch_size": 3, "group_size": 2,
                                                                 "policy": "expert", "seed": 0, "max_len": 768}
-    assert job.manifest["backend"] == "mini" and job.manifest["tasks"] == {"train": 16}
+    assert job.manifest["backend"] == "mini" and job.manifest["tasks"] == {"train": 16, "eval": 0}
     assert backend.validate(job).ok
     run_dir = backend.launch(job, run_dir=tmp_path / "run")
     steps = sorted((run_dir / "batches").iterdir())

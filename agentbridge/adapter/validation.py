@@ -1,0 +1,152 @@
+"""A backend's validator: its shared start, the agent's check, and the one JSON protocol between environments."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentbridge.backends import Job, Problem, Report, backend_python
+from agentbridge.spec import Spec, SpecError, load_spec
+
+
+def first_line(e: BaseException) -> str:
+    """An error's first line (its type's name when it has no message)."""
+    return (str(e).strip() or type(e).__name__).splitlines()[0]
+
+
+@dataclass
+class JobCheck:
+    """The shared start of a backend validator. ``ready``: the spec loaded, the backend package imports and the
+    model resolves, so the backend's own checks can run. For a hub id that is not on this machine ``model`` is the
+    id, ``tokenizer`` is None and ``skipped`` says which checks could not run (those reading the model's files)."""
+
+    spec: Spec | None
+    problems: list[Problem]
+    ready: bool
+    model: str = ""  # the resolved model path (or the hub id)
+    tokenizer: Any = None
+    skipped: list[str] = field(default_factory=list)
+
+
+def begin_validation(job_dir: Path, backend: Any, *, pin: str, install: str, spec: Spec | None = None) -> JobCheck:
+    """Load the job's spec (unless given), run the backend's capability check, check that ``backend.module``
+    imports at version ``pin`` (``install`` says how to get it), and load the model's tokenizer. Each problem is
+    one line."""
+    from importlib import metadata
+
+    if spec is None:
+        try:
+            spec = load_spec(Path(job_dir) / "spec.yaml")
+        except SpecError as e:
+            return JobCheck(None, [Problem(str(Path(job_dir) / "spec.yaml"), line) for line in e.problems], False)
+    problems = list(backend.check(spec))
+    module = backend.module
+    if importlib.util.find_spec(module) is None:
+        problems.append(Problem(module, f"{module} is not installed in this interpreter; {install}"))
+        return JobCheck(spec, problems, False)
+    version = metadata.version(module)
+    if version != pin:
+        problems.append(Problem(module, f"version {version} is installed; this adapter is built for {pin}"))
+    from agentbridge.models import ModelError, is_hub_id, load_tokenizer, resolve_model_path
+
+    try:
+        model = str(resolve_model_path(spec.model.path))
+        tokenizer = load_tokenizer(spec.model.path)
+    except (ModelError, OSError, ValueError) as e:
+        if is_hub_id(spec.model.path):  # the job a GPU user writes: validate all that needs no model files
+            return JobCheck(spec, problems, True, spec.model.path, None, [
+                f"model.path {spec.model.path}: not on this machine (no download here); the checks that read its "
+                f"files were skipped: chat template and prompt rendering, image processor"])
+        problems.append(Problem("model.path", first_line(e).removeprefix("model.path: ")))
+        return JobCheck(spec, problems, False)
+    return JobCheck(spec, problems, True, model, tokenizer)
+
+
+def agent_check(spec: Spec, tokenizer: Any) -> tuple[Any, list[Problem]]:
+    """The driver's Agent for the job (None when the spec cannot build one, or without a tokenizer: a hub id not on
+    this machine), and one problem per way its chat template cannot render the episodes."""
+    from agentbridge.rollout.agent import Agent
+
+    if tokenizer is None:
+        return None, []
+    try:
+        agent = Agent(spec, tokenizer)
+    except ValueError as e:
+        return None, [Problem("spec", first_line(e))]
+    return agent, [Problem("model.chat_template", p) for p in agent.renderer.check()]
+
+
+def run_validator(job: Job, backend: Any, validator: str) -> Report:
+    """``validate_job`` of the adapter's ``validator`` module on ``job``: in this interpreter when ``backend.module``
+    imports here, else in the backend's environment (:func:`validate_in`), else one line saying how to get one."""
+    if importlib.util.find_spec(backend.module) is not None:
+        skipped: list[str] = []
+        semantics: dict[str, str] = {}
+        validate_job = importlib.import_module(validator).validate_job
+        extra = {"semantics": semantics} if "semantics" in inspect.signature(validate_job).parameters else {}
+        problems = validate_job(job.path, skipped, spec=job.spec, **extra)
+        return Report(ok=not problems, problems=problems, details=_details(skipped, semantics))
+    python = backend_python(backend.name, backend.module)
+    if python is None:
+        from agentbridge.backend_envs import no_environment
+
+        return Report(ok=False, problems=[Problem(backend.name, no_environment(backend.name, backend.module))])
+    return validate_in(python, validator, job)
+
+
+def validate_in(python: str, validator: str, job: Job) -> Report:
+    """Run ``python -m <validator> JOB --json`` (a backend's validator, in that backend's environment).
+
+    The validator prints ``{"problems": [[where, message], ...], "skipped": [line, ...], "semantics": {...}}`` as
+    its last line (:func:`validator_main`); anything else is reported as one line.
+    """
+    result = subprocess.run([python, "-m", validator, str(job.path), "--json"], capture_output=True, text=True)
+    try:
+        verdict = json.loads(result.stdout.strip().splitlines()[-1])
+        problems = [Problem(where, message) for where, message in verdict["problems"]]
+        skipped = [str(line) for line in verdict["skipped"]]
+        semantics = {str(k): str(v) for k, v in (verdict.get("semantics") or {}).items()}
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError, AttributeError):
+        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return Report(ok=False, problems=[Problem(job.backend, f"the validator failed in {python}: {tail}")])
+    return Report(ok=not problems, problems=problems, details=_details(skipped, semantics))
+
+
+def _details(skipped: list[str], semantics: dict[str, str]) -> dict[str, Any]:
+    """A report's details: the checks that could not run, and what the job will do by the backend's own config
+    (``semantics``: aspect -> one line, see :data:`agentbridge.compare.semantics.ASPECTS`)."""
+    return {**({"skipped": skipped} if skipped else {}), **({"semantics": semantics} if semantics else {})}
+
+
+def validator_main(validate_job: Callable[..., list[Problem]], prog: str,
+                   argv: list[str] | None = None) -> int:
+    """A validator module's command line, ``prog JOB [--json]``: one line per problem on stderr, one ``skipped:``
+    line per check this environment could not run (with ``--json``: the object :func:`validate_in` reads, on
+    stdout); exits 1 on any problem, 2 on bad usage."""
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
+    jobs = [a for a in args if a != "--json"]
+    if len(jobs) != 1:
+        print(f"usage: {prog} JOB [--json]", file=sys.stderr)
+        return 2
+    skipped: list[str] = []
+    semantics: dict[str, str] = {}
+    extra = {"semantics": semantics} if "semantics" in inspect.signature(validate_job).parameters else {}
+    problems = validate_job(Path(jobs[0]), skipped, **extra)
+    if as_json:
+        print(json.dumps({"problems": [[p.where, p.message] for p in problems], "skipped": skipped,
+                          "semantics": semantics}))
+    else:
+        for line in [*(f"skipped: {s}" for s in skipped), *(f"{jobs[0]}: {p}" for p in problems)]:
+            print(line, file=sys.stderr)
+        if not problems:
+            print(f"ok: {jobs[0]}")
+    return 1 if problems else 0
