@@ -18,6 +18,7 @@ from agentbridge.adapter.checks import (
     foreign_note,
     group_problem,
     multimodal_problem,
+    option_problems,
     owned_override_problems,
     recipe_problems,
     unknown_options,
@@ -45,9 +46,9 @@ from agentbridge.adapter.validation import (
 )
 
 __all__ = [
-    "SCRIPT_HEAD", "TASK_KEY", "Adapter", "Draft", "JobCheck", "agent_check", "algorithm_check", "begin_validation",
+    "Adapter", "Draft", "JobCheck", "SCRIPT_HEAD", "TASK_KEY", "agent_check", "algorithm_check", "begin_validation",
     "decode_task", "default_line", "encode_task", "first_line", "flatten", "foreign_note", "group_problem",
-    "job_spec", "launch_job", "model_line", "multimodal_problem", "new_job", "owned_override_problems",
-    "ray_cluster_nodes", "ray_submit_lines", "recipe_problems", "run_dir_lines", "run_validator", "set_dotted",
-    "shell_quote", "unknown_options", "validate_in", "validator_main", "write_script",
+    "job_spec", "launch_job", "model_line", "multimodal_problem", "new_job", "option_problems",
+    "owned_override_problems", "ray_cluster_nodes", "ray_submit_lines", "recipe_problems", "run_dir_lines",
+    "run_validator", "set_dotted", "shell_quote", "unknown_options", "validate_in", "validator_main", "write_script",
 ]

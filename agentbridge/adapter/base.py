@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
+from pydantic import BaseModel
 
 from agentbridge.adapter import checks
 from agentbridge.adapter.job import launch_job, new_job
@@ -56,6 +57,12 @@ class Draft:
 class Adapter:
     """A backend adapter as a declaration; see the module's docstring for the sequences it runs."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.options_model is not None and "known_options" not in cls.__dict__:
+            cls.known_options = {name: f.get_default(call_default_factory=True)
+                                 for name, f in cls.options_model.model_fields.items()}
+
     name: ClassVar[str]  # the backend's id (``backend.name`` in a spec)
     label: ClassVar[str]  # the backend's name in messages ("veRL")
     module: ClassVar[str]  # what must import for the backend to run here
@@ -65,6 +72,8 @@ class Adapter:
     why_not: ClassVar[Mapping[str, str]] = {}  # algorithm it does not run -> why
     grouped: ClassVar[frozenset[str]] = frozenset()  # algorithms that need groups of two or more
     known_options: ClassVar[Mapping[str, Any]] = {}  # ``backend.options`` it knows, with defaults
+    options_model: ClassVar[type[BaseModel] | None] = None  # their types and ranges (each field's description: "must be
+    # ..."), checked strictly by ``check``; set it and ``known_options`` comes from its defaults
     owned_overrides: ClassVar[Mapping[str, str]] = {}  # backend key written from the spec -> the spec field
     recipe_why_not: ClassVar[Mapping[str, Mapping[Any, str]]] = {}  # recipe field -> value -> why it cannot
     lora_why_not: ClassVar[str | None] = "its adapter maps no LoRA"  # why it cannot train ``model.lora`` (None: can)
@@ -77,6 +86,7 @@ class Adapter:
     # whether compile notes that the job does not run algorithm.warm_start.control (the SFT-only control needs RL's
     # wall time in-process): for a backend whose trainer runs as a program of its own, with the phases around it
     control_note: ClassVar[bool] = False
+    gpu_trainer: ClassVar[bool] = False  # whether its trainer needs GPUs (a CPU spec compiles for 1 GPU per node)
 
     # ------------------------------------------------------------------ what a subclass declares or implements
 
@@ -149,6 +159,7 @@ class Adapter:
         """What in ``spec`` the backend cannot run, one line each (needs no backend installed)."""
         return [*checks.algorithm_check(self, spec, self.why_not or None),
                 *checks.unknown_options(self, spec, self.known_options, self.label),
+                *(checks.option_problems(self, spec, self.options_model) if self.options_model else []),
                 *checks.owned_override_problems(self, spec, self.owned_overrides),
                 *checks.recipe_problems(self, spec),
                 *checks.group_problem(spec, self.grouped),
@@ -173,7 +184,10 @@ class Adapter:
         control = (f"algorithm.warm_start.control is not run by the {self.label} job: the SFT-only control needs RL's "
                    "wall time in-process (the TRL backend runs it); the warm start and the held-out arms run around "
                    f"{self.label}'s trainer") if self.control_note and ws is not None and ws.control else None
-        notes = [n for n in (checks.foreign_note(self, spec, self.label), *self.compile_notes(draft), control) if n]
+        gpus = (f"resources.gpus_per_node is 0, but {self.label}'s trainer needs GPUs: compiled for 1 GPU per node"
+                if self.gpu_trainer and spec.resources.gpus_per_node == 0 else None)
+        notes = [n for n in (checks.foreign_note(self, spec, self.label), *self.compile_notes(draft), control, gpus)
+                 if n]
         write_script(out / "launch.sh", self.launch_lines(draft), notes)
         submit = self.submit_lines(draft)
         if submit:

@@ -103,3 +103,21 @@ def recipe_problems(backend: Any, spec: Spec) -> list[Problem]:
         setting = f"{field} {value}" if isinstance(value, (str, int, float)) else where
         problems.append(Problem(where, f"{backend.name} cannot run {spec.algorithm.name} with {setting} ({why}){hint}"))
     return problems
+
+
+def option_problems(backend: Any, spec: Spec, model: Any) -> list[Problem]:
+    """One problem per ``backend.options`` value of the spec that ``model`` (the adapter's pydantic options model)
+    refuses, strictly (no ``"3"`` for 3, no ``true`` for 1): ``must be <the field's description>, got <value>``. Keys
+    the model does not have are :func:`unknown_options`' to report; another backend's options are not checked."""
+    from pydantic import ValidationError
+
+    if spec.backend.name != backend.name:
+        return []
+    given = {k: v for k, v in spec.backend.options.items() if k in model.model_fields}
+    try:
+        model.model_validate(given, strict=True)
+    except ValidationError as e:
+        keys = list(dict.fromkeys(str(err["loc"][0]) for err in e.errors() if err["loc"]))
+        return [Problem(f"backend.options.{key}", f"must be {model.model_fields[key].description or 'valid'}, "
+                        f"got {given[key]!r}") for key in keys]
+    return []

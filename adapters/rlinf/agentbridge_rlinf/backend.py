@@ -5,25 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.backends import Capabilities, Problem
-from agentbridge.runs import write_jsonl
+from agentbridge.backends import Capabilities
 from agentbridge.spec import Spec
 from agentbridge_rlinf import RLINF_PIN, __version__
 from agentbridge_rlinf.config import (
     ALGORITHMS,
     CONFIG_NAME,
-    DEFAULT_OPTIONS,
     ENTRY_FILE,
     ENV_CONFLICT,
     GROUPED,
     NOTES,
-    ROLLOUT_BACKENDS,
-    TRAINING_BACKENDS,
     WHY_NOT,
+    RlinfOptions,
     gpus_per_node,
     job_config,
-    option_problems,
-    options,
     path_overrides,
 )
 from agentbridge_rlinf.data import task_row
@@ -42,7 +37,7 @@ class RlinfBackend(kit.Adapter):
     """Compiles a spec into an RLinf 0.3.0 reasoning job whose agent-loop worker runs agentbridge's driver."""
 
     name, label, module, version, pin = "rlinf", "RLinf", "rlinf", __version__, RLINF_PIN
-    algorithms, why_not, grouped, known_options = ALGORITHMS, WHY_NOT, frozenset(GROUPED), DEFAULT_OPTIONS
+    algorithms, why_not, grouped, options_model = ALGORITHMS, WHY_NOT, frozenset(GROUPED), RlinfOptions
     recipe_why_not = {"loss_agg": {"seq_mean_token_sum_norm": "RLinf 0.3.0's loss_agg_func has no constant "
                                                                "normaliser"},
                       "scale_advantages": {v: "RLinf 0.3.0's grpo advantage always divides by the group's std"
@@ -54,7 +49,7 @@ class RlinfBackend(kit.Adapter):
     # what the rollout conformance records of RLinf's default job do not hold (None), and why; any other None fails
     rollout_not_held = {"token_rewards": "RLinf's actor batch keeps one reward per sequence, no per-token rewards"}
     config_file = f"{CONFIG_NAME}.yaml"
-    control_note = True
+    control_note = gpu_trainer = True
     config_header = f"# RLinf {RLINF_PIN} reasoning-task config for this job; paths come from launch.sh\n"
 
     def capabilities(self) -> Capabilities:
@@ -73,23 +68,7 @@ class RlinfBackend(kit.Adapter):
                                             "is the embodied actor's)")
         return refusals
 
-    def spec_problems(self, spec: Spec) -> list[Problem]:
-        problems = option_problems(spec)
-        opts = options(spec)
-        if opts["rollout_backend"] not in ROLLOUT_BACKENDS:
-            problems.append(Problem("backend.options.rollout_backend",
-                                    f"must be one of {', '.join(ROLLOUT_BACKENDS)}, got {opts['rollout_backend']!r} "
-                                    f"(RLinf {RLINF_PIN}'s agent loop reaches only SGLang over its channels)"))
-        if opts["training_backend"] not in TRAINING_BACKENDS:
-            problems.append(Problem("backend.options.training_backend",
-                                    f"must be one of {', '.join(TRAINING_BACKENDS)}, got {opts['training_backend']!r}"))
-        return problems
-
-    def write_data(self, draft: kit.Draft) -> None:
-        spec = draft.spec
-        for split, tasks in (("train", draft.train), ("eval", draft.evals)):
-            if tasks:
-                write_jsonl(draft.out / "data" / f"{split}.jsonl", (task_row(t, spec) for t in tasks))
+    task_row = staticmethod(task_row)  # data/train.jsonl and data/eval.jsonl rows
 
     def job_config(self, draft: kit.Draft) -> dict[str, Any]:
         return job_config(draft.spec)
@@ -109,12 +88,6 @@ class RlinfBackend(kit.Adapter):
         if spec.algorithm.name == "dapo":
             notes.append("algorithm.name dapo: RLinf's grpo advantage with clip 0.2/0.28 and token-mean; dynamic "
                          "sampling and overlong shaping are not switched on")
-        if spec.algorithm.credit == "turn":
-            notes.append("algorithm.credit: turn: RLinf trains on one reward per episode (RolloutResult.rewards), so "
-                         "each episode's per-turn rewards are summed into it")
-        if spec.resources.gpus_per_node == 0:
-            notes.append("resources.gpus_per_node is 0, but RLinf's actor and SGLang need GPUs: compiled for 1 GPU per "
-                         "node")
         return notes
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
@@ -155,8 +128,7 @@ class RlinfBackend(kit.Adapter):
         return [
             *kit.ray_submit_lines(self.python(), f"the RLinf environment (rlinf=={RLINF_PIN}, agentbridge, "
                                   "agentbridge-rlinf and the spec's plugins): RLinf's workers import agentbridge's "
-                                  "agent "
-                                  "loop there"),
+                                  "agent loop there"),
             f"NNODES=\"${{NNODES:-{nodes}}}\"",
             f"# {gpus} GPU(s) per node: RLinf places actor and rollout on all of them (cluster.component_placement)",
             "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",

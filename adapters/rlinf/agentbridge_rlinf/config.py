@@ -8,11 +8,12 @@ where the job's spec is.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, PositiveInt
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import flatten, set_dotted
-from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip
 
@@ -59,22 +60,28 @@ NOTES = [
     ENV_CONFLICT,
 ]
 
-# backend.options the RLinf adapter understands, with their defaults
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "rollout_backend": "sglang",
-    "training_backend": "fsdp",
-    "model_type": "qwen2.5",  # RLinf's SupportedModel of the policy
-    "precision": "bf16",
-    "micro_batch_size": 1,  # algorithm.training_batch_size_per_gpu
-    "gpu_memory_utilization": 0.6,
-    "tensor_parallel_size": 1,
-    "agent_workers": 1,  # agent-loop workers; RLinf runs one per rollout data-parallel rank
+class RlinfOptions(BaseModel):
+    """``backend.options`` the RLinf adapter understands, with their defaults; each description says what a value must
+    be (``agentbridge.adapter.option_problems``)."""
+
+    rollout_backend: Literal["sglang"] = Field("sglang", description="one of sglang (RLinf 0.3.0's agent loop "
+                                               "reaches only SGLang over its channels)")
+    training_backend: Literal["fsdp", "megatron"] = Field("fsdp", description="one of fsdp, megatron")
+    model_type: str = Field("qwen2.5", description="a string (RLinf's SupportedModel of the policy)")
+    precision: str = Field("bf16", description="a string")
+    micro_batch_size: PositiveInt = Field(1, description="a positive integer (algorithm.training_batch_size_per_gpu)")
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="a number in (0, 1]")
+    tensor_parallel_size: PositiveInt = Field(1, description="a positive integer")
+    agent_workers: PositiveInt = Field(1, description="a positive integer (agent-loop workers; RLinf runs one per "
+                                       "rollout data-parallel rank)")
     # a checkpoint every N steps and at the last (runner_utils.check_progress saves at step == max_steps when > 0)
-    "save_interval": 50,
-    "logger": ["tensorboard"],
-}
+    save_interval: PositiveInt = Field(50, description="a positive integer (the trained model is the last step's "
+                                       "checkpoint)")
+    logger: list[str] = Field(["tensorboard"], description="a list of RLinf logger names (e.g. [tensorboard])")
+
+
+DEFAULT_OPTIONS: dict[str, Any] = RlinfOptions().model_dump()
 OPTIONS = tuple(DEFAULT_OPTIONS)
-POSITIVE_INTS = ("micro_batch_size", "tensor_parallel_size", "agent_workers")
 
 
 def applies(spec: Spec) -> bool:
@@ -84,33 +91,6 @@ def applies(spec: Spec) -> bool:
 
 def options(spec: Spec) -> dict[str, Any]:
     return {**DEFAULT_OPTIONS, **(spec.backend.options if applies(spec) else {})}
-
-
-def option_problems(spec: Spec) -> list[Problem]:
-    """One problem per RLinf option of the spec whose value has the wrong type or range."""
-    if not applies(spec):
-        return []
-    given = spec.backend.options
-
-    def bad(key: str, want: str) -> Problem:
-        return Problem(f"backend.options.{key}", f"must be {want}, got {given[key]!r}")
-
-    problems = []
-    for key in POSITIVE_INTS:
-        if key in given and (type(given[key]) is not int or given[key] < 1):
-            problems.append(bad(key, "a positive integer"))
-    if "save_interval" in given and (type(given["save_interval"]) is not int or given["save_interval"] < 1):
-        problems.append(bad("save_interval", "a positive integer (the trained model is the last step's checkpoint)"))
-    memory = given.get("gpu_memory_utilization", 0.5)
-    if type(memory) not in (int, float) or not 0 < memory <= 1:
-        problems.append(bad("gpu_memory_utilization", "a number in (0, 1]"))
-    for key in ("model_type", "precision"):
-        if key in given and not isinstance(given[key], str):
-            problems.append(bad(key, "a string"))
-    logger = given.get("logger", [])
-    if not isinstance(logger, list) or not all(isinstance(x, str) for x in logger):
-        problems.append(bad("logger", "a list of RLinf logger names (e.g. [tensorboard])"))
-    return problems
 
 
 def seq_length(spec: Spec) -> int:

@@ -7,21 +7,20 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.backends import Capabilities, Problem
-from agentbridge.runs import write_jsonl
+from agentbridge.backends import Capabilities
+from agentbridge.env import Task
 from agentbridge.spec import Spec
 from agentbridge_roll import ROLL_COMMIT, ROLL_REPO, ROLL_SOURCE, __version__, keep_roll_logs_out_of_cwd
 from agentbridge_roll.config import (
     ALGORITHMS,
     CONFIG_NAME,
-    DEFAULT_OPTIONS,
     ENTRY_FILE,
     GROUPED,
     NOTES,
     WHY_NOT,
+    RollOptions,
     gpus_per_node,
     job_config,
-    option_problems,
     path_overrides,
 )
 
@@ -46,14 +45,14 @@ class RollBackend(kit.Adapter):
 
     name, label, version, pin = "roll", "ROLL", __version__, ROLL_COMMIT
     module = "roll"  # what must import for this backend to run here (a ROLL checkout on PYTHONPATH)
-    algorithms, why_not, grouped, known_options = ALGORITHMS, WHY_NOT, frozenset(GROUPED), DEFAULT_OPTIONS
+    algorithms, why_not, grouped, options_model = ALGORITHMS, WHY_NOT, frozenset(GROUPED), RollOptions
     recipe_why_not = {"loss_agg": {"seq_mean_token_sum_norm": "ROLL's seq-mean-token-sum-norm divides by the "
                                    "padded sequence width (prompt included), not agent.max_response_tokens"}}
     lora_why_not = None
     validator, conformance_module = "agentbridge_roll.validate", "agentbridge_roll.conformance"
     algorithm_probe = "agentbridge_roll.algorithm_probe"  # the training-math conformance
     config_file = f"{CONFIG_NAME}.yaml"
-    control_note = True
+    control_note = gpu_trainer = True
     config_header = f"# ROLL agentic-pipeline config for this job ({ROLL_SOURCE}); paths come from launch.sh\n"
 
     def capabilities(self) -> Capabilities:
@@ -66,13 +65,9 @@ class RollBackend(kit.Adapter):
                    "queue and validation run on CPU",
                    "images: not wired (agentbridge's ROLL env manager is text only)"], **UPSTREAM)
 
-    def spec_problems(self, spec: Spec) -> list[Problem]:
-        return option_problems(spec)
-
-    def write_data(self, draft: kit.Draft) -> None:
-        for split, tasks in (("train", draft.train), ("eval", draft.evals)):
-            if tasks:
-                write_jsonl(draft.out / "data" / f"{split}.jsonl", (t.to_dict() for t in tasks))
+    def task_row(self, task: Task, spec: Spec) -> dict[str, Any]:
+        """The task as the JSON line the env manager reads back (read_tasks_jsonl)."""
+        return task.to_dict()
 
     def job_config(self, draft: kit.Draft) -> dict[str, Any]:
         return job_config(draft.spec, has_eval=draft.has_eval)
@@ -105,12 +100,6 @@ class RollBackend(kit.Adapter):
         if spec.algorithm.steps == 1:
             notes.append("algorithm.steps 1: ROLL saves no checkpoint of its first step (BasePipeline.do_checkpoint "
                          "saves at global_step > 0 only), so after_rl is not evaluated")
-        if spec.algorithm.credit == "turn":
-            notes.append("algorithm.credit: turn: ROLL's agentic pipeline sums each trajectory's scores into one "
-                         "reward, so each episode's per-turn rewards are summed into it")
-        if spec.resources.gpus_per_node == 0:
-            notes.append("resources.gpus_per_node is 0, but ROLL's actor and engine need GPUs: compiled for 1 GPU per "
-                         "node")
         return notes
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
@@ -154,8 +143,7 @@ class RollBackend(kit.Adapter):
         return [
             *kit.ray_submit_lines(self.python(), f"the ROLL environment (a ROLL checkout at {ROLL_SOURCE} with its "
                                   "requirements, agentbridge, agentbridge-roll and the spec's plugins), and ROLL_HOME "
-                                  "the "
-                                  "ROLL checkout there: ROLL's env workers import agentbridge's env manager"),
+                                  "the ROLL checkout there: ROLL's env workers import agentbridge's env manager"),
             f"# {nodes} node(s) x {gpus} GPU(s): device_mapping spans all of them (num_gpus_per_node={gpus})",
             "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",
             "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" ROLL_HOME=\"${ROLL_HOME:-}\" bash launch.sh "

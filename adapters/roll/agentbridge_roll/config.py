@@ -10,10 +10,11 @@ vLLM/SGLang router).
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, PositiveInt
 
 from agentbridge.adapter import flatten, set_dotted
-from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip, preset_clip
 
@@ -69,19 +70,26 @@ NOTES = [
 ]
 
 # backend.options the ROLL adapter understands, with their defaults
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "rollout_engine": "vllm",
-    "training_strategy": "megatron_train",
-    "micro_batch_size": 1,  # actor_train.training_args.per_device_train_batch_size
-    "gpu_memory_utilization": 0.8,
-    "env_managers_per_worker": 16,  # train_env_manager.max_env_num_per_worker: threads per EnvironmentWorker
-    "dtype": "bf16",
+class RollOptions(BaseModel):
+    """``backend.options`` the ROLL adapter understands, with their defaults; each description says what a value must
+    be (``agentbridge.adapter.option_problems``)."""
+
+    rollout_engine: Literal["vllm", "sglang"] = Field("vllm", description="one of vllm, sglang")
+    training_strategy: Literal["megatron_train", "fsdp2_train"] = Field(
+        "megatron_train", description="one of megatron_train, fsdp2_train")
+    micro_batch_size: PositiveInt = Field(1, description="a positive integer (actor_train.training_args"
+                                          ".per_device_train_batch_size)")
+    gpu_memory_utilization: float = Field(0.8, gt=0, le=1, description="a number in (0, 1]")
+    env_managers_per_worker: PositiveInt = Field(16, description="a positive integer (train_env_manager"
+                                                 ".max_env_num_per_worker: threads per EnvironmentWorker)")
+    dtype: str = Field("bf16", description="a string")
     # a checkpoint every N steps and at the last (BasePipeline.do_checkpoint: global_step == max_steps - 1)
-    "save_steps": 50,
-    "track_with": "tensorboard",
-}
+    save_steps: PositiveInt = Field(50, description="a positive integer")
+    track_with: str = Field("tensorboard", description="a string")
+
+
+DEFAULT_OPTIONS: dict[str, Any] = RollOptions().model_dump()
 OPTIONS = tuple(DEFAULT_OPTIONS)
-POSITIVE_INTS = ("micro_batch_size", "env_managers_per_worker", "save_steps")
 
 
 def applies(spec: Spec) -> bool:
@@ -91,31 +99,6 @@ def applies(spec: Spec) -> bool:
 
 def options(spec: Spec) -> dict[str, Any]:
     return {**DEFAULT_OPTIONS, **(spec.backend.options if applies(spec) else {})}
-
-
-def option_problems(spec: Spec) -> list[Problem]:
-    """One problem per ROLL option of the spec whose value has the wrong type or range."""
-    if not applies(spec):
-        return []
-    given = spec.backend.options
-
-    def bad(key: str, want: str) -> Problem:
-        return Problem(f"backend.options.{key}", f"must be {want}, got {given[key]!r}")
-
-    problems = []
-    for key in POSITIVE_INTS:
-        if key in given and (type(given[key]) is not int or given[key] < 1):
-            problems.append(bad(key, "a positive integer"))
-    memory = given.get("gpu_memory_utilization", 0.5)
-    if type(memory) not in (int, float) or not 0 < memory <= 1:
-        problems.append(bad("gpu_memory_utilization", "a number in (0, 1]"))
-    for key in ("dtype", "track_with"):
-        if key in given and not isinstance(given[key], str):
-            problems.append(bad(key, "a string"))
-    for key, allowed in (("rollout_engine", ROLLOUT_ENGINES), ("training_strategy", TRAINING_STRATEGIES)):
-        if key in given and given[key] not in allowed:
-            problems.append(bad(key, f"one of {', '.join(allowed)}"))
-    return problems
 
 
 def sequence_length(spec: Spec) -> int:

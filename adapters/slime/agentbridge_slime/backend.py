@@ -6,7 +6,6 @@ from typing import Any
 
 from agentbridge import adapter as kit
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
-from agentbridge.runs import write_jsonl
 from agentbridge.spec import Spec
 from agentbridge_slime import SLIME_COMMIT, SLIME_PIN, SLIME_REPO, __version__
 from agentbridge_slime.config import (
@@ -15,11 +14,10 @@ from agentbridge_slime.config import (
     CUSTOM_CONFIG,
     GROUPED,
     NOTES,
-    OPTIONS,
     WHY_NOT,
+    SlimeOptions,
     gpus_per_node,
     job_config,
-    option_problems,
     options,
 )
 from agentbridge_slime.data import task_row
@@ -30,7 +28,7 @@ class SlimeBackend(kit.Adapter):
 
     name, label, version = "slime", "slime", __version__
     module = "slime"  # what must import for this backend to run here (a checkout on PYTHONPATH: not on PyPI)
-    algorithms, why_not, grouped, known_options = ALGORITHMS, WHY_NOT, frozenset(GROUPED), dict.fromkeys(OPTIONS)
+    algorithms, why_not, grouped, options_model = ALGORITHMS, WHY_NOT, frozenset(GROUPED), SlimeOptions
     recipe_why_not = {"loss_agg": {"seq_mean_token_sum": "slime has no pg-loss reducer summing each sample's "
                                                          "tokens"},
                       "scale_advantages": {"batch": "slime's grpo advantage divides by the group's std or by nothing "
@@ -41,7 +39,7 @@ class SlimeBackend(kit.Adapter):
     # what the rollout conformance records of slime's default job do not hold (None), and why; any other None fails
     rollout_not_held = {"token_rewards": "slime's training data keeps one reward per sample, no per-token rewards"}
     config_file = CONFIG_NAME
-    control_note = True
+    control_note = gpu_trainer = True
     config_header = (f"# slime ({SLIME_PIN}) train.py flags of this job, without '--'; true: a bare switch. "
                      "launch.sh passes them\n# (python -m agentbridge_slime.args); ${ROOT}, ${MODEL}, ${RUN_DIR}, "
                      "${LOAD} and ${REF_LOAD} are filled in there.\n")
@@ -63,7 +61,7 @@ class SlimeBackend(kit.Adapter):
         return refusals
 
     def spec_problems(self, spec: Spec) -> list[Problem]:
-        problems = option_problems(spec)
+        problems = []
         if spec.agent.sampling.top_p != 1.0:
             problems.append(Problem("agent.sampling.top_p", "must be 1.0 on slime: below 1 slime trains on the "
                                     "engine's top-p nucleus ids (rollout_top_p_token_ids), which agentbridge's driver "
@@ -73,11 +71,7 @@ class SlimeBackend(kit.Adapter):
                                     "check: greedy decoding is no RL policy)"))
         return problems
 
-    def write_data(self, draft: kit.Draft) -> None:
-        spec = draft.spec
-        for split, tasks in (("train", draft.train), ("eval", draft.evals)):
-            if tasks:
-                write_jsonl(draft.out / "data" / f"{split}.jsonl", (task_row(t, spec) for t in tasks))
+    task_row = staticmethod(task_row)  # data/train.jsonl and data/eval.jsonl rows
 
     def job_config(self, draft: kit.Draft) -> dict[str, Any]:
         return job_config(draft.spec)
@@ -109,12 +103,6 @@ class SlimeBackend(kit.Adapter):
         if spec.algorithm.name == "dapo":
             notes.append("algorithm.name dapo: clip 0.2/0.28, token-level loss and slime's dynamic-sampling filter; no "
                          "overlong shaping")
-        if spec.algorithm.credit == "turn":
-            notes.append("algorithm.credit: turn: slime trains on one reward per sample (Sample.reward), so each "
-                         "episode's per-turn rewards are summed into it")
-        if spec.resources.gpus_per_node == 0:
-            notes.append("resources.gpus_per_node is 0, but slime's Megatron actor and SGLang need GPUs: compiled "
-                         "for 1 GPU per node")
         if options(spec)["model_script"] is None:
             notes.append("backend.options.model_script is not set: Megatron needs the model's architecture flags; "
                          "set it to one of slime's scripts/models/*.sh (e.g. qwen2.5-3B), or MODEL_ARGS_FILE to such a "
@@ -173,8 +161,7 @@ class SlimeBackend(kit.Adapter):
         return [
             *kit.ray_submit_lines(self.python(), f"the slime environment (agentbridge, agentbridge-slime, the spec's "
                                   f"plugins; {SLIME_REPO} at SLIME_DIR and Megatron-LM at MEGATRON_DIR): slime's "
-                                  "rollout "
-                                  "manager imports agentbridge's generate function there"),
+                                  "rollout manager imports agentbridge's generate function there"),
             f"SLIME_DIR=\"${{SLIME_DIR:?set SLIME_DIR to the checkout of {SLIME_REPO} on the nodes}}\"",
             f"# {nodes} node(s) x {gpus} GPU(s): --actor-num-nodes / --actor-num-gpus-per-node in slime_job.yaml",
             "# the run format reaches every worker: slime's TensorBoard writers and the generate function's episodes",

@@ -12,11 +12,11 @@ slime sets its keys on ``args``; ``agentbridge_spec`` tells the generate functio
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, PositiveInt, StringConstraints
 
 from agentbridge.adapter import flatten
-from agentbridge.backends import Problem
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip
 
@@ -69,18 +69,28 @@ NOTES = [
 ]
 
 # backend.options the slime adapter understands, with their defaults
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "model_script": None,  # slime's scripts/models/<name>.sh: the Megatron architecture flags (MODEL_ARGS)
-    "micro_batch_size": 1,
-    "tensor_parallel_size": 1,  # Megatron's --tensor-model-parallel-size
-    "gpus_per_engine": 1,  # --rollout-num-gpus-per-engine (SGLang tensor parallelism)
-    "gpu_memory_utilization": 0.7,  # --sglang-mem-fraction-static
-    "colocate": True,  # actor and rollout on the same GPUs
+class SlimeOptions(BaseModel):
+    """``backend.options`` the slime adapter understands, with their defaults; each description says what a value
+    must be (``agentbridge.adapter.option_problems``)."""
+
+    model_script: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")] | None = Field(
+        None, description="the name of one of slime's scripts/models/*.sh (e.g. qwen2.5-3B): the Megatron "
+        "architecture flags (MODEL_ARGS)")
+    micro_batch_size: PositiveInt = Field(1, description="a positive integer")
+    tensor_parallel_size: PositiveInt = Field(1, description="a positive integer (Megatron's "
+                                              "--tensor-model-parallel-size)")
+    gpus_per_engine: PositiveInt = Field(1, description="a positive integer (--rollout-num-gpus-per-engine: SGLang "
+                                         "tensor parallelism)")
+    gpu_memory_utilization: float = Field(0.7, gt=0, le=1, description="a number in (0, 1] "
+                                          "(--sglang-mem-fraction-static)")
+    colocate: bool = Field(True, description="true or false (actor and rollout on the same GPUs)")
     # a checkpoint every N rollouts and at the last (misc.should_run_periodic_action: rollout_id == num_rollout - 1)
-    "save_interval": 50,
-}
+    save_interval: PositiveInt = Field(50, description="a positive integer (the trained model is the last rollout's "
+                                       "checkpoint)")
+
+
+DEFAULT_OPTIONS: dict[str, Any] = SlimeOptions().model_dump()
 OPTIONS = tuple(DEFAULT_OPTIONS)
-POSITIVE_INTS = ("micro_batch_size", "tensor_parallel_size", "gpus_per_engine")
 
 
 def applies(spec: Spec) -> bool:
@@ -90,30 +100,6 @@ def applies(spec: Spec) -> bool:
 
 def options(spec: Spec) -> dict[str, Any]:
     return {**DEFAULT_OPTIONS, **(spec.backend.options if applies(spec) else {})}
-
-
-def option_problems(spec: Spec) -> list[Problem]:
-    """One problem per slime option of the spec whose value has the wrong type or range."""
-    if not applies(spec):
-        return []
-    given = spec.backend.options
-
-    def bad(key: str, want: str) -> Problem:
-        return Problem(f"backend.options.{key}", f"must be {want}, got {given[key]!r}")
-
-    problems = [bad(key, "a positive integer") for key in POSITIVE_INTS
-                if key in given and (type(given[key]) is not int or given[key] < 1)]
-    if "save_interval" in given and (type(given["save_interval"]) is not int or given["save_interval"] < 1):
-        problems.append(bad("save_interval", "a positive integer (the trained model is the last rollout's checkpoint)"))
-    memory = given.get("gpu_memory_utilization", 0.5)
-    if type(memory) not in (int, float) or not 0 < memory <= 1:
-        problems.append(bad("gpu_memory_utilization", "a number in (0, 1]"))
-    if "colocate" in given and not isinstance(given["colocate"], bool):
-        problems.append(bad("colocate", "true or false"))
-    script = given.get("model_script")
-    if script is not None and not (isinstance(script, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", script)):
-        problems.append(bad("model_script", "the name of one of slime's scripts/models/*.sh (e.g. qwen2.5-3B)"))
-    return problems
 
 
 def gpus_per_node(spec: Spec) -> int:

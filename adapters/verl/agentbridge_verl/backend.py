@@ -51,7 +51,7 @@ class VerlBackend(kit.Adapter):
     algorithm_probe = "agentbridge_verl.algorithm_probe"  # the training-math conformance
     step_probe = "agentbridge_verl.step_probe"
     config_file = f"{CONFIG_NAME}.yaml"
-    control_note = True
+    control_note = gpu_trainer = True
     config_header = f"# veRL {VERL_PIN} trainer config for this job (extends ppo_trainer); paths come from launch.sh\n"
 
     def capabilities(self) -> Capabilities:
@@ -113,8 +113,6 @@ class VerlBackend(kit.Adapter):
             episodes = spec.algorithm.batch_size * spec.algorithm.group_size
             notes.append(f"backend.options.agent_workers: {workers} agent-loop workers, not {wanted}: veRL splits a "
                          f"step's {episodes} episodes into equal chunks, one per worker")
-        if spec.resources.gpus_per_node == 0:
-            notes.append("resources.gpus_per_node is 0, but veRL's trainer needs GPUs: compiled for 1 GPU per node")
         if served_reward_model(spec) is not None:
             opts = options(spec)
             notes.append(f"core/reward_model serve: backend: veRL serves it with {REWARD_MODEL_ENGINE} on a GPU pool "
@@ -157,26 +155,16 @@ class VerlBackend(kit.Adapter):
         spec = draft.spec
         nodes, gpus = spec.resources.nodes, n_gpus_per_node(spec)
         return [
-            "# Submit to a running Ray cluster (ray start --head; ray start --address=... on the other nodes).",
-            "# The job directory is the Ray working_dir, so every node reads data, spec and configs from its own copy.",
-            f"# PYTHON is the veRL environment (verl=={VERL_PIN}, agentbridge, agentbridge-verl and the spec's "
-            "plugins)",
-            "# at the same path on every node: Ray runs all workers with it, so agentbridge imports everywhere. It is",
-            "# main_ppo's ray_kwargs.ray_init.runtime_env.py_executable, not the Job's: Ray refuses a Job runtime env",
-            "# that shares a key with the one main_ppo passes to ray.init (py_executable is always among them).",
-            kit.default_line("PYTHON", self.python()),
-            "# RUN_DIR: checkpoints, metrics and the trained model, written by ranks on every node: an absolute path "
-            "on",
-            "# storage all nodes share (a relative one would land in each node's copy of the working_dir, and be lost)",
-            "case \"${RUN_DIR:-}\" in /*) ;; *) echo \"submit.sh: set RUN_DIR to an absolute directory on storage "
-            "every "
-            "node shares (now: '${RUN_DIR:-}')\" >&2; exit 2 ;; esac",
-            "RAY_ADDRESS=\"${RAY_ADDRESS:-http://127.0.0.1:8265}\"",
+            *kit.ray_submit_lines(self.python(), (
+                f"the veRL environment (verl=={VERL_PIN}, agentbridge, agentbridge-verl and the spec's plugins): Ray "
+                "runs all workers with it, so agentbridge imports everywhere. It is main_ppo's "
+                "ray_kwargs.ray_init.runtime_env.py_executable, not the Job's: Ray refuses a Job runtime env that "
+                "shares a key with the one main_ppo passes to ray.init (py_executable is always among them)")),
             f"NNODES=\"${{NNODES:-{nodes}}}\"",
             f"GPUS_PER_NODE=\"${{GPUS_PER_NODE:-{gpus}}}\"",
             "RUNTIME_ENV=\"{\\\"env_vars\\\": {\\\"AGENTBRIDGE_JOB\\\": \\\"$(basename \"$JOB\")\\\"}}\"",
-            "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" --runtime-env-json \"$RUNTIME_ENV\" "
-            "\\",
+            "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",
+            "  --runtime-env-json \"$RUNTIME_ENV\" \\",
             "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" bash launch.sh \\",
             "  trainer.nnodes=\"$NNODES\" trainer.n_gpus_per_node=\"$GPUS_PER_NODE\" \\",
             "  \"ray_kwargs.ray_init.runtime_env.py_executable=$PYTHON\" \"$@\"",
