@@ -267,5 +267,12 @@ def compile_job(spec: Spec, backend: Backend, out: Path | None = None, *, source
             + (", ".join(n for n, c in known_capabilities().items() if c.turn_credit) or "none installed"))
     job.manifest.setdefault("algorithm_differences",
                             difference_lines(backend, spec.algorithm.name, spec.algorithm.kl_coef))
+    if spec.resources.gpus_per_node > 0:  # the per-GPU arithmetic, from the sharding and offload the job sets up
+        from agentbridge.memory import estimate_job
+
+        try:
+            job.manifest["memory_per_gpu"] = estimate_job(spec, backend.name, Path(job.path))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # an estimate never fails a compile
+            job.manifest["memory_per_gpu"] = {"total_gib": None, "why": f"not estimated: {type(e).__name__}: {e}"}
     job.write_manifest()
     return job

@@ -378,6 +378,11 @@ def _forward(runner_kind: str, backend_name: str, argv: list[str], *, address: s
 def check(job_dir: str, runner_kind: str, ray_address: str | None) -> None:
     """Run the backend's own validators on a compiled job."""
     job = Job.load(job_dir)
+    from agentbridge.memory import over_budget
+
+    too_big = over_budget(job.manifest.get("memory_per_gpu") or {})
+    if too_big:
+        click.echo(f"warning: {job_dir}: {too_big}", err=True)
     if runner_kind == "ray":  # the job directory travels as the Ray job's working_dir
         _forward("ray", job.backend, ["check", "."], address=ray_address, working_dir=Path(job_dir))
     if runner_kind == "env":
