@@ -77,6 +77,7 @@ class Adapter:
     owned_overrides: ClassVar[Mapping[str, str]] = {}  # backend key written from the spec -> the spec field
     recipe_why_not: ClassVar[Mapping[str, Mapping[Any, str]]] = {}  # recipe field -> value -> why it cannot
     lora_why_not: ClassVar[str | None] = "its adapter maps no LoRA"  # why it cannot train ``model.lora`` (None: can)
+    epochs_why_not: ClassVar[str | None] = None  # why it cannot run ``algorithm.epochs`` above 1 (None: it can)
     validator: ClassVar[str | None] = None  # module with ``validate_job``
     conformance_module: ClassVar[str | None] = None  # module with ``golden_records``
     rollout_not_held: ClassVar[Mapping[str, str]] = {}  # rollout fields its records do not hold -> why
@@ -107,6 +108,8 @@ class Adapter:
                 refusals[f"algorithm.{name}"] = values[value]
         if spec.model.lora is not None and self.lora_why_not:
             refusals["model.lora"] = self.lora_why_not
+        if (spec.algorithm.epochs or 1) > 1 and self.epochs_why_not:
+            refusals["algorithm.epochs"] = self.epochs_why_not
         return refusals
 
     def task_row(self, task: Task, spec: Spec) -> dict[str, Any]:

@@ -183,15 +183,11 @@ def tensorboard_rows(source: Path, problems: list[str], names: dict[str, str], p
     return [step_row(step + 1, steps[step], names, prefix, keep) for step in sorted(steps)]
 
 
-def record_trainer_metrics(run_dir: Path, rows: list[dict[str, float]], spec: Any, problems: list[str]) -> None:
-    """``metrics.jsonl`` of ``rows``, then each row to the plugins' ``on_metrics`` hook, the spec's trackers
-    (``logging:``) among them; a failing plugin is one line in ``problems`` and gets no more rows."""
-    from agentbridge.plugins import get_plugins
-    from agentbridge.runs import write_jsonl
+def feed_metrics(rows: list[dict[str, float]], run_dir: Path, plugins: Any, spec: Any, problems: list[str]) -> None:
+    """Each row to ``plugins``' ``on_metrics`` hook, with the spec's trackers (``logging:``) among them for the time it
+    takes; a failing plugin is one line in ``problems`` and gets no more rows."""
     from agentbridge.training.trackers import PLUGIN_NAME, Trackers
 
-    write_jsonl(run_dir / "metrics.jsonl", rows)
-    plugins = get_plugins()
     trackers = Trackers(spec, run_dir, say=problems.append) if spec is not None and spec.logging.enabled() else None
     if trackers is not None:
         plugins.register(PLUGIN_NAME, trackers)
@@ -204,6 +200,15 @@ def record_trainer_metrics(run_dir: Path, rows: list[dict[str, float]], spec: An
         if trackers is not None:
             plugins.unregister(PLUGIN_NAME)
             trackers.close()
+
+
+def record_trainer_metrics(run_dir: Path, rows: list[dict[str, float]], spec: Any, problems: list[str]) -> None:
+    """``metrics.jsonl`` of ``rows``, then :func:`feed_metrics` to the installed plugins."""
+    from agentbridge.plugins import get_plugins
+    from agentbridge.runs import write_jsonl
+
+    write_jsonl(run_dir / "metrics.jsonl", rows)
+    feed_metrics(rows, run_dir, get_plugins(), spec, problems)
 
 
 def trainer_metrics_main(argv: list[str] | None, rows_of: Any, label: str) -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge.runs import write_jsonl
+from agentbridge.training.phases import feed_metrics
 
 SOURCE = "tensorboard"
 TRACKER_DIR = "agentbridge"  # agentbridge's own TensorBoard tracker writes here, beside OpenRLHF's run directories
@@ -107,28 +108,6 @@ def read_scalars(source: Path, problems: list[str]) -> dict[int, dict[str, float
     return steps
 
 
-def feed(rows: list[dict[str, float]], run_dir: Path, plugins: Any, spec: Any, problems: list[str]) -> None:
-    """Each row to the plugins' ``on_metrics`` hook, with the spec's trackers (``logging:``) among the plugins for
-    the time it takes. A failing plugin is one line in ``problems`` and gets no more rows."""
-    from agentbridge.training.trackers import PLUGIN_NAME, Trackers
-
-    def say(line: str) -> None:
-        problems.append(line)
-
-    trackers = Trackers(spec, run_dir, say=say) if spec is not None and spec.logging.enabled() else None
-    if trackers is not None:
-        plugins.register(PLUGIN_NAME, trackers)
-    try:
-        for row in rows:
-            plugins.hook.on_metrics(step=int(row["step"]), metrics=row, run=run_dir)
-    except Exception as e:  # noqa: BLE001 - the run's metrics.jsonl is written already
-        problems.append(f"on_metrics: {type(e).__name__}: {e}")
-    finally:
-        if trackers is not None:
-            plugins.unregister(PLUGIN_NAME)
-            trackers.close()
-
-
 def convert(run_dir: Path, plugins: Any = None, spec: Any = None) -> tuple[int, list[str]]:
     """Write ``metrics.jsonl`` from OpenRLHF's TensorBoard scalars, then hand each row to ``plugins`` (when given;
     with ``spec``, to its trackers too); returns the rows written and one line per problem."""
@@ -144,7 +123,7 @@ def convert(run_dir: Path, plugins: Any = None, spec: Any = None) -> tuple[int, 
     rows = [normalize(step, steps[step]) for step in sorted(steps)]
     write_jsonl(run_dir / "metrics.jsonl", rows)
     if plugins is not None:
-        feed(rows, run_dir, plugins, spec, problems)
+        feed_metrics(rows, run_dir, plugins, spec, problems)
     return len(rows), problems
 
 

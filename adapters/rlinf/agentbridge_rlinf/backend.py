@@ -6,7 +6,6 @@ from typing import Any
 
 from agentbridge import adapter as kit
 from agentbridge.backends import Capabilities
-from agentbridge.spec import Spec
 from agentbridge_rlinf import RLINF_PIN, __version__
 from agentbridge_rlinf.config import (
     ALGORITHMS,
@@ -42,6 +41,7 @@ class RlinfBackend(kit.Adapter):
                                                                "normaliser"},
                       "scale_advantages": {v: "RLinf 0.3.0's grpo advantage always divides by the group's std"
                                            for v in ("batch", "none")}}
+    epochs_why_not = "RLinf 0.3.0's reasoning actor updates once per rollout (update_epoch is the embodied actor's)"
     lora_why_not = ("RLinf 0.3.0's reasoning actor loads a plain model; its LoRA reaches only the embodied actor "
                     "(rlinf.models.get_model)")
     validator, conformance_module = "agentbridge_rlinf.validate", "agentbridge_rlinf.conformance"
@@ -60,13 +60,6 @@ class RlinfBackend(kit.Adapter):
             notes=[*NOTES, f"training needs GPUs (RLinf {RLINF_PIN}: FSDP or Megatron actors, SGLang); the agent "
                    "loop and validation run on CPU",
                    "images: not wired (RLinf's agent loop passes no images to its engine)"])
-
-    def recipe_refusals(self, spec: Spec) -> dict[str, str]:
-        refusals = super().recipe_refusals(spec)
-        if (spec.algorithm.epochs or 1) > 1:
-            refusals["algorithm.epochs"] = ("RLinf 0.3.0's reasoning actor updates once per rollout (update_epoch "
-                                            "is the embodied actor's)")
-        return refusals
 
     task_row = staticmethod(task_row)  # data/train.jsonl and data/eval.jsonl rows
 

@@ -34,6 +34,7 @@ class SlimeBackend(kit.Adapter):
                       "scale_advantages": {"batch": "slime's grpo advantage divides by the group's std or by nothing "
                                            "(--disable-grpo-std-normalization); --normalize-advantages whitens "
                                            "afterwards, which is not the same"}}
+    epochs_why_not = "slime trains each rollout once: it has no epochs flag"
     lora_why_not = "slime trains every parameter with Megatron: it has no LoRA"
     validator, conformance_module = "agentbridge_slime.validate", "agentbridge_slime.conformance"
     # what the rollout conformance records of slime's default job do not hold (None), and why; any other None fails
@@ -53,12 +54,6 @@ class SlimeBackend(kit.Adapter):
             notes=[*NOTES, "training needs GPUs and Megatron-LM; the generate function, rollout path and "
                    "validation run on CPU", "images: not wired (the generate function sends SGLang token ids only)",
                    f"not on the package index: verified against {SLIME_PIN} (adapters/slime/README.md)"])
-
-    def recipe_refusals(self, spec: Spec) -> dict[str, str]:
-        refusals = super().recipe_refusals(spec)
-        if (spec.algorithm.epochs or 1) > 1:
-            refusals["algorithm.epochs"] = "slime trains each rollout once: it has no epochs flag"
-        return refusals
 
     def spec_problems(self, spec: Spec) -> list[Problem]:
         problems = []
