@@ -37,11 +37,11 @@ from agentbridge.conformance.suite import _backend
 def test_each_recipe_knob_moves_the_reference_beyond_the_tolerance() -> None:
     """Every case bites on the golden batch: a backend that ignored the knob would be a ✘, not a ≈."""
     batch = golden_batch()
-    base = reference("grpo", batch, 0.0)
     for case in RECIPE_CASES:
         knobs = recipe_of_case(case)
         assert knobs != Recipe(), case
-        moved = reference("grpo", batch, 0.0, knobs)
+        base = reference("grpo", batch, knobs.kl_coef)  # the preset at the case's KL: k3 in the loss
+        moved = reference("grpo", batch, knobs.kl_coef, knobs)
         deltas = [abs(moved["loss"] - base["loss"])]
         deltas += [abs(a - b) for ra, rb in zip(moved["advantages"], base["advantages"], strict=True)
                    for a, b in zip(ra, rb, strict=True)]

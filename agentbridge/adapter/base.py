@@ -33,7 +33,7 @@ from agentbridge.backends import Capabilities, Job, Problem, Report, backend_pyt
 from agentbridge.env import Task
 from agentbridge.runs import write_jsonl
 from agentbridge.spec import Spec, dump_spec
-from agentbridge.spec.recipe import RECIPE_FIELDS
+from agentbridge.spec.recipe import RECIPE_FIELDS, recipe_key
 
 
 @dataclass
@@ -75,7 +75,7 @@ class Adapter:
     options_model: ClassVar[type[BaseModel] | None] = None  # their types and ranges (each field's description: "must be
     # ..."), checked strictly by ``check``; set it and ``known_options`` comes from its defaults
     owned_overrides: ClassVar[Mapping[str, str]] = {}  # backend key written from the spec -> the spec field
-    recipe_why_not: ClassVar[Mapping[str, Mapping[Any, str]]] = {}  # recipe field -> value -> why it cannot
+    recipe_why_not: ClassVar[Mapping[str, Mapping[Any, str]]] = {}  # field -> recipe_key ("*": any) -> why not
     lora_why_not: ClassVar[str | None] = "its adapter maps no LoRA"  # why it cannot train ``model.lora`` (None: can)
     epochs_why_not: ClassVar[str | None] = None  # why it cannot run ``algorithm.epochs`` above 1 (None: it can)
     validator: ClassVar[str | None] = None  # module with ``validate_job``
@@ -104,8 +104,12 @@ class Adapter:
         refusals = {}
         for name, values in self.recipe_why_not.items():
             value = getattr(spec.algorithm, name, None)
-            if value is not None and value in values:
-                refusals[f"algorithm.{name}"] = values[value]
+            if value is None:
+                continue
+            key = recipe_key(name, value)
+            why = values.get(key, values.get("*"))
+            if why is not None:
+                refusals[f"algorithm.{name}"] = why
         if spec.model.lora is not None and self.lora_why_not:
             refusals["model.lora"] = self.lora_why_not
         if (spec.algorithm.epochs or 1) > 1 and self.epochs_why_not:

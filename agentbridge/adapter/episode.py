@@ -14,7 +14,7 @@ from typing import Any
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.agent_edge import ErrorRateGuard, fit_limits
-from agentbridge.rollout.training import TrainingSequence, episode_metrics, episode_sample
+from agentbridge.rollout.training import TrainingSequence, episode_metrics, episode_sample, shape_reward
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.runs import record_episode
 from agentbridge.spec import Spec
@@ -63,12 +63,14 @@ class EpisodeRunner:
         return traj
 
     def finish(self, task: Task, traj: Trajectory, *, guard: bool = True) -> Episode:
-        """Record the episode (the error guard unless ``guard`` is off, e.g. in evaluation; the run's episodes),
-        and build what the backend trains on."""
+        """Record the episode (the error guard and the overlong shaping of ``algorithm.overlong`` unless ``guard``
+        is off, e.g. in evaluation; the run's episodes), and build what the backend trains on."""
+        spec = self.agent.spec
         if guard:
             self.guard.record(traj)
+            shape_reward(traj, spec)
         record_episode(traj, self.backend)
-        sample = episode_sample(traj, task, self.agent.renderer, self.agent.spec.agent.system_prompt)
+        sample = episode_sample(traj, task, self.agent.renderer, spec.agent.system_prompt, spec.algorithm.overlong)
         return Episode(task, traj, sample, episode_metrics(traj))
 
     async def run(self, task: Task, policy: Any) -> Episode:

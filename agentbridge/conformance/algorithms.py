@@ -25,11 +25,14 @@ tokens whose clipped surrogate is the one taken, as the backend logs it), ``kl``
 ``probe(job_dir, batch)``) runs that backend's own code, in its own environment, configured by the job directory
 ``compile`` wrote.
 
-The recipe axis: the golden batch under ``grpo`` with KL off and one recipe knob of the spec away from its default
-(:data:`RECIPE_CASES`: clip-higher, dual-clip, each loss aggregation, advantage scaling none / batch), compiled into
-the backend's job and run through the same probe; the reference follows the knob (:class:`Recipe`: ``policy_loss``'s
-clip range, dual-clip and aggregation, ``reference_advantages``' scaling). A knob the backend's ``check`` refuses is
-n/a with the refusal line. Its cells are the variants ``grpo@<case>``, pinned in ``DIFFERENCES`` under that key.
+The recipe axis: the golden batch under ``grpo`` with one recipe knob of the spec away from its default
+(:data:`RECIPE_CASES`: clip-higher, dual-clip, each loss aggregation, advantage scaling none / batch with KL off; the
+KL estimators k1 and k2 and KL in the reward with KL 0.05; the importance-sampling correction at each level and mode,
+against the batch's ``rollout_logp``, the engine's log-probs), compiled into the backend's job and run through the
+same probe; the reference follows the knob (:class:`Recipe`: ``policy_loss``'s clip range, dual-clip, aggregation,
+KL estimator and IS weights, ``reference_advantages``' scaling and KL in the reward). A knob the backend's ``check``
+refuses is n/a with the refusal line. Its cells are the variants ``grpo@<case>``, pinned in ``DIFFERENCES`` under that
+key.
 
 What the probe module declares, and what fails a cell (✘):
 
@@ -67,7 +70,7 @@ CLIP = {"dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
 GAE_LAMBDA = 0.95
 PRESET_LOSS_AGG = {"grpo": "seq_mean_token_mean", "gspo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm",
                    "rloo": "seq_mean_token_sum"}  # the others: token_mean
-RECIPE_ALGORITHM = "grpo"  # the recipe axis sets each knob away from its default on this algorithm, KL off
+RECIPE_ALGORITHM = "grpo"  # the recipe axis sets each knob away from its default on this algorithm
 # the recipe axis: case -> (its row in the recipe table, the spec's settings). clip.dual 1.25 bites on the golden
 # batch: the tokens whose ratio passes it with a negative advantage (-0.783) are response 11's first and third (ratios
 # exp(0.45) = 1.568 and exp(0.25) = 1.284), and the loss moves by 3.8e-3, beyond CLOSE (at 1.5 only the first bites
@@ -81,6 +84,18 @@ RECIPE_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "seq_mean_token_sum_norm": ("loss_agg=seq_mean_token_sum_norm", ("algorithm.loss_agg=seq_mean_token_sum_norm",)),
     "scale_none": ("scale_advantages=none", ("algorithm.scale_advantages=none",)),
     "scale_batch": ("scale_advantages=batch", ("algorithm.scale_advantages=batch",)),
+    "kl_k1": ("kl_estimator=k1 (KL 0.05)", (f"algorithm.kl_coef={KL_COEF}", "algorithm.kl_estimator=k1")),
+    "kl_k2": ("kl_estimator=k2 (KL 0.05)", (f"algorithm.kl_coef={KL_COEF}", "algorithm.kl_estimator=k2")),
+    "kl_in_reward": ("kl_in=reward, k1 (KL 0.05)", (f"algorithm.kl_coef={KL_COEF}", "algorithm.kl_in=reward",
+                                                    "algorithm.kl_estimator=k1")),
+    "is_token_truncate": ("is_correction token truncate 2", ("algorithm.is_correction.level=token",
+                                                             "algorithm.is_correction.mode=truncate")),
+    "is_token_mask": ("is_correction token mask 2", ("algorithm.is_correction.level=token",
+                                                     "algorithm.is_correction.mode=mask")),
+    "is_sequence_truncate": ("is_correction sequence truncate 2", ("algorithm.is_correction.level=sequence",
+                                                                   "algorithm.is_correction.mode=truncate")),
+    "is_sequence_mask": ("is_correction sequence mask 2", ("algorithm.is_correction.level=sequence",
+                                                           "algorithm.is_correction.mode=mask")),
 }
 
 
@@ -95,13 +110,24 @@ class Recipe:
     dual: float | None = None
     loss_agg: str | None = None
     scale_advantages: str | None = None
+    kl_coef: float = 0.0
+    kl_estimator: str | None = None
+    kl_in: str | None = None
+    is_correction: tuple[str, str, float] | None = None  # (level, mode, cap)
 
     @classmethod
     def of(cls, algo: Any) -> Recipe:
         """The recipe of a spec's ``algorithm`` (an ``AlgorithmSpec``)."""
         from agentbridge.spec.recipe import clip_range, dual_clip
 
-        return cls(clip_range(algo), dual_clip(algo), algo.loss_agg, algo.scale_advantages)
+        isc = algo.is_correction
+        return cls(clip_range(algo), dual_clip(algo), algo.loss_agg, algo.scale_advantages, algo.kl_coef,
+                   algo.kl_estimator, algo.kl_in, None if isc is None else (isc.level, isc.mode, isc.cap))
+
+    def kl(self, name: str) -> tuple[str, str]:
+        """(estimator, where) of the KL term of algorithm ``name`` under this recipe (``spec.recipe.kl_setting``)."""
+        reward = name in ("reinforce_pp", "ppo")
+        return self.kl_estimator or ("k1" if reward else "k3"), self.kl_in or ("reward" if reward else "loss")
 
 
 def recipe_variant(name: str, case: str) -> str:
@@ -124,6 +150,7 @@ class GoldenBatch:
     ref_logp: list[list[float]]
     values: list[list[float]]
     max_response_tokens: int = 256
+    rollout_logp: list[list[float]] = field(default_factory=list)  # the inference engine's (empty: old_logp's)
 
     def tensors(self, width: int | None = None, dtype: Any = None) -> dict[str, Any]:
         """The batch as torch tensors, right-padded to ``width`` (the backend's response length)."""
@@ -137,7 +164,8 @@ class GoldenBatch:
 
         return {"rewards": torch.tensor(self.rewards, dtype=dtype), "group": torch.tensor(self.group),
                 "mask": pad(self.mask, torch.long), "old_logp": pad(self.old_logp, dtype),
-                "logp": pad(self.logp, dtype), "ref_logp": pad(self.ref_logp, dtype), "values": pad(self.values, dtype)}
+                "logp": pad(self.logp, dtype), "ref_logp": pad(self.ref_logp, dtype), "values": pad(self.values, dtype),
+                "rollout_logp": pad(self.rollout_logp or self.old_logp, dtype)}
 
     def groups(self) -> list[int]:
         return sorted(set(self.group))
@@ -150,7 +178,10 @@ def golden_batch() -> GoldenBatch:
     mask = [[1] * n + [0] * (8 - n) for n in lengths]
     mask[6][2:4] = [0, 0]  # an environment observation inside a multi-turn response
     deltas = [0.0, 0.15, -0.3, 0.45, -0.1, 0.25, -0.45, 0.05]
-    old, new, ref, values = [], [], [], []
+    # trainer minus engine log-probs: a token weight exp(0.9) or exp(1.2) passes the cap 2; sequence weights on both
+    # sides of it (6 of the 12 sequences pass it)
+    engine_gap = [0.0, 0.1, -0.35, 0.9, -0.3, 0.15, 1.2, -0.9]
+    old, new, ref, values, rollout = [], [], [], [], []
     for i in range(12):
         o = [-((i * 7 + t * 13) % 29 + 1) / 20.0 for t in range(8)]
         on_policy = i in (0, 5, 9)  # ratio exactly 1: inside every clip range, GSPO's included
@@ -159,7 +190,9 @@ def golden_batch() -> GoldenBatch:
         new.append([a + b for a, b in zip(o, d, strict=True)])
         ref.append([a - 0.1 * ((i + 2 * t) % 5 - 2) for t, a in enumerate(o)])
         values.append([0.1 * ((i + t) % 7) - 0.2 for t in range(8)])
-    return GoldenBatch(rewards, [i // GROUP_SIZE for i in range(12)], mask, old, new, ref, values)
+        rollout.append([a - (0.0 if on_policy else engine_gap[(3 * i + t) % 8]) for t, a in enumerate(o)])
+    return GoldenBatch(rewards, [i // GROUP_SIZE for i in range(12)], mask, old, new, ref, values,
+                       rollout_logp=rollout)
 
 
 # ---------------------------------------------------------------------------------------------- reference math
@@ -172,14 +205,36 @@ def _last_action(mask: Any) -> Any:
     return w - 1 - torch.fliplr(mask.long()).argmax(dim=1)
 
 
-def _token_rewards(t: dict[str, Any], beta: float) -> Any:
-    """Outcome reward on the last action token, minus ``beta`` x k1 on every action token."""
+def kl_estimate(logp: Any, ref_logp: Any, estimator: str) -> Any:
+    """Each token's KL estimate from ``d = logp - ref_logp``: k1 ``d``, k2 ``d^2 / 2``, k3 ``exp(-d) + d - 1``."""
+    import torch
+
+    d = logp - ref_logp
+    if estimator == "k1":
+        return d
+    if estimator == "k2":
+        return 0.5 * d * d
+    return torch.exp(-d) + d - 1
+
+
+def _token_rewards(t: dict[str, Any], beta: float, estimator: str = "k1") -> Any:
+    """Outcome reward on the last action token, minus ``beta`` x the KL estimate on every action token."""
     import torch
 
     m = t["mask"].to(t["logp"].dtype)
     out = torch.zeros_like(t["logp"])
     out[torch.arange(len(out)), _last_action(t["mask"])] = t["rewards"]
-    return out - beta * (t["old_logp"] - t["ref_logp"]) * m
+    return out - beta * kl_estimate(t["old_logp"], t["ref_logp"], estimator) * m
+
+
+def is_weights(t: dict[str, Any], m: Any, level: str, mode: str, cap: float) -> Any:
+    """The importance-sampling weight on each token: ``exp(old_logp - rollout_logp)`` per token, or per sequence
+    the exponential of the sequence's summed gap; truncated to ``cap`` or set to 0 above it (``mode`` mask)."""
+    import torch
+
+    gap = (t["old_logp"] - t["rollout_logp"]) * m
+    w = gap.exp() if level == "token" else gap.sum(-1, keepdim=True).exp().expand_as(m)
+    return w.clamp(max=cap) if mode == "truncate" else torch.where(w > cap, torch.zeros_like(w), w)
 
 
 def _whiten(x: Any, mask: Any) -> Any:
@@ -195,8 +250,10 @@ def reference_advantages(name: str, t: dict[str, Any], kl_coef: float, recipe: R
     import torch
 
     r, g, m = t["rewards"], t["group"], t["mask"].to(t["logp"].dtype)
+    estimator, where = (recipe or Recipe()).kl(name)
+    in_reward = kl_coef if where == "reward" else 0.0
     if name in ("reinforce_pp", "ppo"):
-        rew = _token_rewards(t, kl_coef)
+        rew = _token_rewards(t, in_reward, estimator)
         if name == "reinforce_pp":
             returns = torch.flip(torch.cumsum(torch.flip(rew * m, [1]), 1), [1])
             return _whiten(returns, t["mask"])
@@ -210,6 +267,8 @@ def reference_advantages(name: str, t: dict[str, Any], kl_coef: float, recipe: R
                 adv[i, k], nxt = last, t["values"][i, k]
         return _whiten(adv, t["mask"])
     scale = (recipe.scale_advantages if recipe else None) or ("none" if name == "dr_grpo" else "group")
+    if in_reward:  # a sequence-level preset sees the reward minus the KL summed over its action tokens
+        r = r - in_reward * (kl_estimate(t["old_logp"], t["ref_logp"], estimator) * m).sum(-1)
     out = torch.zeros_like(r)
     for gid in g.unique():
         sel = g == gid
@@ -242,18 +301,21 @@ def reference(name: str, batch: GoldenBatch, kl_coef: float, recipe: Recipe | No
     m = t["mask"].to(torch.float64)
     adv = reference_advantages(name, t, kl_coef, recipe)
     # every group enters the loss: which groups dynamic sampling keeps is its own quantity ("kept")
+    isc = recipe.is_correction if recipe else None
+    weights = is_weights(t, m, *isc) if isc else None
     loss, kl, clipped = policy_loss(name, t["logp"], t["old_logp"], t["ref_logp"], adv, m, kl_coef,
-                                    batch.max_response_tokens, recipe)
+                                    batch.max_response_tokens, recipe, weights)
     return {"advantages": (adv * m).tolist(), "loss": float(loss),
             "clip_fraction": float((clipped * m).sum() / m.sum()), "kl": float(kl), "kept": kept_groups(name, t)}
 
 
 def policy_loss(name: str, logp: Any, old_logp: Any, ref_logp: Any, adv: Any, m: Any, kl_coef: float,
-                max_tokens: int, recipe: Recipe | None = None) -> tuple[Any, Any, Any]:
+                max_tokens: int, recipe: Recipe | None = None, is_weight: Any = None) -> tuple[Any, Any, Any]:
     """The reference policy loss of ``name`` (differentiable in ``logp``): ``(policy loss, KL term in the loss,
-    per-token clip indicator)``; the KL term is 0 where the algorithm puts KL in the reward. ``recipe``: its clip
-    range, dual-clip constant (a negative advantage's token loss at most ``-dual x A``; the clip indicator stays the
-    ratio clip's) and loss aggregation (the KL term's too), where set."""
+    per-token clip indicator)``; the KL term is 0 where the recipe (or the algorithm) puts KL in the reward.
+    ``recipe``: its clip range, dual-clip constant (a negative advantage's token loss at most ``-dual x A``; the clip
+    indicator stays the ratio clip's), loss aggregation (the KL term's too) and KL estimator, where set;
+    ``is_weight``: importance-sampling weights multiplying each token's policy loss (not the KL term)."""
     import torch
 
     recipe = recipe or Recipe()
@@ -269,11 +331,12 @@ def policy_loss(name: str, logp: Any, old_logp: Any, ref_logp: Any, adv: Any, m:
     clipped = (surr2 < surr1).to(logp.dtype)
     if recipe.dual is not None:  # dual-clip PPO (Ye et al. 2020)
         per_token = torch.where(adv < 0, torch.min(per_token, -adv * recipe.dual), per_token)
-    k3 = torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
+    if is_weight is not None:
+        per_token = per_token * is_weight
+    estimator, where = recipe.kl(name)
     loss = _aggregate(name, per_token, m, max_tokens, recipe.loss_agg)
-    kl_in_loss = kl_coef > 0 and name not in ("reinforce_pp", "ppo")
-    kl = kl_coef * _aggregate(name, k3, m, max_tokens, recipe.loss_agg) if kl_in_loss \
-        else torch.zeros((), dtype=logp.dtype)
+    kl = kl_coef * _aggregate(name, kl_estimate(logp, ref_logp, estimator), m, max_tokens, recipe.loss_agg) \
+        if kl_coef > 0 and where == "loss" else torch.zeros((), dtype=logp.dtype)
     return loss, kl, clipped.detach()
 
 
@@ -468,13 +531,15 @@ def compare_cell(name: str, backend: str, got: dict[str, dict[str, Any]], batch:
     """Compare a backend's probe output for ``name`` (variants ``name`` and ``name+kl``) with the reference;
     ``known``: the documented differences (a bare reason is an unpinned one, which fails), ``declared``: what the
     probe cannot produce (any other quantity missing or None in either variant fails). A recipe variant ``name``
-    (``grpo@token_mean``, see :func:`recipe_variant`) is compared with KL off only, against the reference under
-    ``recipe``."""
+    (``grpo@token_mean``, see :func:`recipe_variant`) is compared once, with ``recipe``'s KL coefficient, against the
+    reference under ``recipe``."""
     pinned = {q: d if isinstance(d, Documented) else _entry((d, False)) for q, d in (known or {}).items()}
     cell = Cell(name, backend, known={q: d.why for q, d in pinned.items()}, pinned=pinned,
                 declared=dict(declared or {}))
     algorithm = name.split("@")[0]
-    sides = ((name, 0.0, "off"),) if "@" in name else ((name, 0.0, "off"), (f"{name}+kl", KL_COEF, "on"))
+    coef = recipe.kl_coef if recipe else 0.0
+    sides = ((name, coef, "on" if coef > 0 else "off"),) if "@" in name else \
+        ((name, 0.0, "off"), (f"{name}+kl", KL_COEF, "on"))
     for variant, coef, side in sides:
         quantities = got.get(variant) or {}
         want = reference(algorithm, batch, coef, recipe)
@@ -542,7 +607,7 @@ def recipe_of_case(case: str, backend: str = "trl") -> Recipe:
 
 def backend_probe_results(backend_name: str, workdir: Path, algorithms: tuple[str, ...] = ALGORITHMS,
                           recipe: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Compile each algorithm (KL off and on), and each recipe case of :data:`RECIPE_CASES` in ``recipe`` (KL off),
+    """Compile each algorithm (KL off and on), and each recipe case of :data:`RECIPE_CASES` in ``recipe``,
     for ``backend_name`` into ``workdir`` and run the backend's probe on the golden batch; ``{"results": {variant:
     quantities}, "unsupported": {algorithm or recipe variant: the check's refusal}}``. Runs here."""
     from agentbridge.conformance.suite import _backend
@@ -649,12 +714,12 @@ def table(cells: list[Cell], backends: list[str]) -> str:
 
 
 def recipe_table(cells: list[Cell], backends: list[str]) -> str:
-    """The recipe knob x backend table (grpo, KL off, each knob away from its default) as plain text: ✔, ≈, ≠ a
+    """The recipe knob x backend table (grpo, each knob away from its default) as plain text: ✔, ≈, ≠ a
     pinned documented difference, ✘ with the quantity, n/a where the backend's check refuses the knob; empty when
     there are no recipe cells."""
     rows = [(recipe_variant(RECIPE_ALGORITHM, case), label) for case, (label, _) in RECIPE_CASES.items()
             if any(c.algorithm == recipe_variant(RECIPE_ALGORITHM, case) for c in cells)]
-    return _table(cells, backends, rows, f"recipe ({RECIPE_ALGORITHM}, KL off)") if rows else ""
+    return _table(cells, backends, rows, f"recipe ({RECIPE_ALGORITHM})") if rows else ""
 
 
 def _table(cells: list[Cell], backends: list[str], names: list[tuple[str, str]], head: str) -> str:

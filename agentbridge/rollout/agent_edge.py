@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from agentbridge.env import Message
 from agentbridge.rewards import PROCESS
 from agentbridge.rollout.trajectory import Limits, Trajectory
+from agentbridge.spec.recipe import OVERLONG
 
 if TYPE_CHECKING:
     from agentbridge.spec.schema import Spec
@@ -56,8 +57,9 @@ def prompt_messages(system_prompt: str | None, user: str | None = None) -> list[
 def reward_components(spec: Spec) -> list[str]:
     """The reward components every sample of a job carries, in order: each of the spec's reward ids, then
     ``process`` (the environment's per-step rewards). Backends that batch per-sample values need the same keys on
-    every sample, whatever its episode scored."""
-    return [r.id for r in spec.reward] + [PROCESS]
+    every sample, whatever its episode scored; ``overlong`` last where ``algorithm.overlong`` sets a soft penalty."""
+    overlong = spec.algorithm.overlong
+    return [r.id for r in spec.reward] + [PROCESS] + ([OVERLONG] if overlong and overlong.buffer else [])
 
 
 def component_values(traj: Trajectory, components: list[str]) -> dict[str, float]:

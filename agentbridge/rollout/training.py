@@ -14,6 +14,7 @@ from typing import Any
 
 from agentbridge.rollout.agent_edge import prompt_messages
 from agentbridge.rollout.trajectory import Trajectory
+from agentbridge.spec.recipe import OVERLONG, overlong_penalty
 
 # the per-episode metrics every backend logs, the same keys on every sample (0 where an episode has none: an
 # episode that failed before its first step has no tool metrics, one that errored is not scored)
@@ -55,11 +56,30 @@ def training_sequence(traj: Trajectory, eos_token_id: int,
                             [float(x) for x in traj.logprobs])
 
 
-def episode_sample(traj: Trajectory, task: Any, renderer: Any, system_prompt: str | None = None) -> TrainingSequence:
+def episode_sample(traj: Trajectory, task: Any, renderer: Any, system_prompt: str | None = None,
+                   overlong: Any = None) -> TrainingSequence:
     """What a backend trains on for ``traj``, the episode of ``task``: :func:`training_sequence` with the fallback
-    prompt (:func:`task_prompt_ids`) rendered only for an episode that rendered none. Every adapter calls this."""
+    prompt (:func:`task_prompt_ids`) rendered only for an episode that rendered none. Every adapter calls this.
+    With ``overlong.mask_truncated`` (the spec's ``algorithm.overlong``), an episode cut by a token budget trains
+    on none of its tokens (its loss mask is all 0; its reward still counts in its group)."""
     fallback = task_prompt_ids(renderer, task, system_prompt) if not traj.prompt_ids and task is not None else ()
-    return training_sequence(traj, renderer.eos_token_id, fallback)
+    sample = training_sequence(traj, renderer.eos_token_id, fallback)
+    if overlong is not None and overlong.mask_truncated and traj.finish_reason == "length":
+        sample.response_mask = [0] * len(sample.response_mask)
+    return sample
+
+
+def shape_reward(traj: Trajectory, spec: Any) -> None:
+    """Add the soft overlong penalty of ``spec.algorithm.overlong`` (when it has a ``buffer``) to an episode RL
+    trains on, as the reward component ``overlong`` (weight 1) and in its reward; an errored episode is left as it
+    is (it scores 0). Evaluation episodes are not shaped."""
+    overlong = spec.algorithm.overlong
+    if overlong is None or overlong.buffer is None or traj.finish_reason == "error":
+        return
+    penalty = overlong_penalty(len(traj.response_ids), spec.agent.max_response_tokens, overlong.buffer,
+                               overlong.penalty)
+    traj.reward_components[OVERLONG] = penalty
+    traj.reward += penalty
 
 
 def token_rewards(traj: Trajectory, credit: str = "episode") -> list[float]:

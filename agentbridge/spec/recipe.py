@@ -1,7 +1,7 @@
-"""The recipe knobs of ``algorithm`` (``clip``, ``entropy_coef``, ``max_grad_norm``, ``loss_agg``,
-``scale_advantages``, ``epochs``, ``mini_batches``): the values each
-algorithm preset implies. Which backends can honour an explicit value each adapter declares
-(``Adapter.recipe_why_not`` / ``recipe_refusals``).
+"""The recipe knobs of ``algorithm`` (:data:`RECIPE_FIELDS`): the values each algorithm preset implies, and the
+one key per explicit value that adapters declare refusals against (:func:`recipe_key`). Which backends can honour
+an explicit value each adapter declares (``Adapter.recipe_why_not`` / ``recipe_refusals``). ``overlong`` is applied by
+agentbridge's episode runner itself (:func:`overlong_penalty`), the same on every backend.
 
 Every knob is null by default, meaning the algorithm preset's value, so a spec without them compiles to the job it
 compiled to before they existed. An explicit value is written to each backend's own setting; where a backend has no
@@ -15,11 +15,19 @@ from typing import TYPE_CHECKING, Literal, get_args
 if TYPE_CHECKING:
     from agentbridge.spec.schema import AlgorithmSpec
 
-RECIPE_FIELDS = ("clip", "entropy_coef", "max_grad_norm", "loss_agg", "scale_advantages", "epochs", "mini_batches")
+RECIPE_FIELDS = ("clip", "entropy_coef", "max_grad_norm", "loss_agg", "scale_advantages", "epochs", "mini_batches",
+                 "kl_estimator", "kl_in", "is_correction", "overlong", "rollout")
 LossAgg = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
 LOSS_AGG: tuple[str, ...] = get_args(LossAgg)
 ScaleAdvantages = Literal["group", "batch", "none"]
 SCALE_ADVANTAGES: tuple[str, ...] = get_args(ScaleAdvantages)
+KlEstimator = Literal["k1", "k2", "k3"]
+KlIn = Literal["loss", "reward"]
+IsLevel = Literal["token", "sequence"]
+IsMode = Literal["truncate", "mask"]
+RolloutMode = Literal["sync", "one_step_off", "async"]
+REWARD_KL = ("reinforce_pp", "ppo")  # presets whose KL is k1 in the reward; the others: k3 in the loss
+OVERLONG = "overlong"  # the reward component of the soft overlong penalty
 GROUP_NORMALISED = ("grpo", "dr_grpo", "dapo", "gspo")  # presets whose advantage is the reward minus its group's mean
 DEFAULT_CLIP = (0.2, 0.2)
 PRESET_CLIP: dict[str, tuple[float, float]] = {"dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
@@ -57,3 +65,33 @@ def scale_advantages(algo: AlgorithmSpec) -> str | None:
 def updates(algo: AlgorithmSpec) -> tuple[int, int]:
     """(epochs, mini-batches) of the updates over each step's episodes: the explicit values, else one of each."""
     return algo.epochs or 1, algo.mini_batches or 1
+
+
+def kl_setting(algo: AlgorithmSpec) -> tuple[str, str]:
+    """(estimator, where) of the KL term: the explicit ``kl_estimator`` / ``kl_in``, else the preset's (k1 in the
+    reward for reinforce_pp and ppo, k3 in the loss for the others). Meaningful only with ``kl_coef`` > 0."""
+    reward = algo.name in REWARD_KL
+    return algo.kl_estimator or ("k1" if reward else "k3"), algo.kl_in or ("reward" if reward else "loss")
+
+
+def recipe_key(field: str, value: object) -> object:
+    """The value adapters declare refusals against (``Adapter.recipe_why_not[field]``): the value itself for a plain
+    knob; ``"<level>_<mode>"`` for ``is_correction`` (``token_truncate``, ``sequence_mask``, ...); the mode for
+    ``rollout`` (with ``"+partial"`` when partial rollouts are asked for); ``"set"`` for any other block."""
+    if field == "is_correction":
+        return f"{value.level}_{value.mode}"  # type: ignore[attr-defined]
+    if field == "rollout":
+        return value.mode + ("+partial" if value.partial else "")  # type: ignore[attr-defined]
+    if field in ("clip", "overlong"):
+        return "set"
+    return value
+
+
+def overlong_penalty(response_tokens: int, max_tokens: int, buffer: int, penalty: float) -> float:
+    """DAPO's soft overlong penalty (Yu et al. 2025) of a response of ``response_tokens`` under a budget of
+    ``max_tokens``: 0 up to ``max_tokens - buffer``, then falling linearly to ``-penalty`` at ``max_tokens``."""
+    start = max_tokens - buffer
+    if response_tokens <= start:
+        return 0.0
+    return -penalty * min(response_tokens - start, buffer) / buffer
+

@@ -22,7 +22,7 @@ from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.agent_edge import component_values
 from agentbridge.rollout.batching import BatchingPolicy, cut_at_eos
 from agentbridge.rollout.hf_policy import HFPolicy
-from agentbridge.rollout.training import TrainingSequence, episode_sample
+from agentbridge.rollout.training import TrainingSequence, episode_sample, shape_reward
 from agentbridge.rollout.trajectory import Generation, SamplingParams, Trajectory
 from agentbridge_trl.config import reward_key
 
@@ -96,11 +96,14 @@ class AgentRollout:
             with unsynced_generation() if uses_deepspeed(trainer) and gather else nullcontext():
                 trajs = asyncio.run(self.agent.run(tasks, self.policy(trainer, hf_model(model)),
                                                    concurrency=self.concurrency))
+        spec = self.agent.spec
+        for traj in trajs:
+            shape_reward(traj, spec)
         self.last = trajs
         if self.on_batch is not None:
             self.on_batch(trajs)
-        renderer, system_prompt = self.agent.renderer, self.agent.spec.agent.system_prompt
-        samples = [episode_sample(tr, t, renderer, system_prompt) for t, tr in zip(tasks, trajs, strict=True)]
+        samples = [episode_sample(tr, t, self.agent.renderer, spec.agent.system_prompt, spec.algorithm.overlong)
+                   for t, tr in zip(tasks, trajs, strict=True)]
         return to_rollout_output(trajs, samples, self.components)
 
 
