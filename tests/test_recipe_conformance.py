@@ -42,7 +42,7 @@ def test_each_recipe_knob_moves_the_reference_beyond_the_tolerance() -> None:
         assert knobs != Recipe(), case
         base = reference("grpo", batch, knobs.kl_coef)  # the preset at the case's KL: k3 in the loss
         moved = reference("grpo", batch, knobs.kl_coef, knobs)
-        deltas = [abs(moved["loss"] - base["loss"])]
+        deltas = [abs(moved["loss"] - base["loss"]), abs(moved["kl"] - base["kl"])]
         deltas += [abs(a - b) for ra, rb in zip(moved["advantages"], base["advantages"], strict=True)
                    for a, b in zip(ra, rb, strict=True)]
         assert max(deltas) > CLOSE, case
@@ -73,7 +73,7 @@ def test_unset_recipe_keeps_every_algorithms_reference() -> None:
     batch = golden_batch()
     for name in ALGORITHMS:
         spec = golden_algorithm_spec(name, "trl", KL_COEF)
-        assert Recipe.of(spec.algorithm) == Recipe()
+        assert Recipe.of(spec.algorithm) == Recipe(kl_coef=KL_COEF)
         assert reference(name, batch, KL_COEF, Recipe.of(spec.algorithm)) == reference(name, batch, KL_COEF)
 
 
