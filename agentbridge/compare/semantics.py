@@ -15,6 +15,8 @@ ASPECTS: dict[str, str] = {
     "loss aggregation": "how token losses become the batch loss",
     "clip": "the ratio clip range, and whether ratios are per token or per sequence",
     "KL": "the KL estimator, where it enters (loss or reward) and its coefficient",
+    "IS correction": "the importance-sampling correction between the engine's and the trainer's log-probs",
+    "rollout mode": "synchronous, one-step off-policy or asynchronous rollouts, and the staleness allowed",
     "group filtering": "groups dropped before the update",
     "sampling": "the rollouts' sampling",
     "lengths": "the token budgets the backend enforces",
