@@ -207,7 +207,7 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
 
     from agentbridge.plugins import PluginError
     from agentbridge.rollout.agent import Agent
-    from agentbridge.runs import episode_metrics, manifest, text_hash, write_jsonl
+    from agentbridge.runs import batch_metrics, manifest, text_hash, write_jsonl
     from agentbridge.spec import spec_hash
     from agentbridge.tools import DEFAULT_MAX_FAILURE_RATE, tool_failure_rate
 
@@ -233,7 +233,7 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
             progress.update(bar, advance=1, reward=sum(rewards) / len(rewards))
 
         trajs = asyncio.run(agent.run(tasks, policy, concurrency=concurrency, on_done=done))
-    summary = episode_metrics(trajs)
+    summary = batch_metrics(trajs)
     limit = None if max_tool_failure_rate is None else f"--max-tool-failure-rate {max_tool_failure_rate:g}"
     summary["tools/failure_rate"], too_many = tool_failure_rate(
         trajs, DEFAULT_MAX_FAILURE_RATE if max_tool_failure_rate is None else max_tool_failure_rate, limit)

@@ -30,7 +30,7 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+def batch_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Normalized metrics of a batch of episodes (rewards, turns, tokens, tools, finish reasons)."""
     rewards = [t.reward for t in trajectories]
     m = _mean(rewards)

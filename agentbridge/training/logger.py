@@ -13,7 +13,7 @@ from typing import Any
 
 from agentbridge.rollout.agent_edge import ErrorRateGuard
 from agentbridge.rollout.trajectory import Trajectory
-from agentbridge.runs import append_jsonl, episode_metrics
+from agentbridge.runs import append_jsonl, batch_metrics
 from agentbridge.training.guards import RewardFailureGuard
 
 EPISODES_WITH_TOKENS_PER_STEP = 2  # full token-level trajectories kept per step in episodes.jsonl
@@ -88,7 +88,7 @@ class RunLogger:
         step_s = time.perf_counter() - self.step_started
         self.step_started = time.perf_counter()
         tokens = sum(len(t.response_ids) + len(t.prompt_ids) for t in trajs)
-        row: dict[str, float] = {"step": step, **episode_metrics(trajs)}
+        row: dict[str, float] = {"step": step, **batch_metrics(trajs)}
         row.update({
             "time/step_s": step_s,
             "time/rollout_s": rollout_s,

@@ -86,7 +86,7 @@ def vision_inputs(rows: list[Row], image_processor: Any, image_token_id: int) ->
     return out
 
 
-def shared_prefix_length(input_ids: Any, attention_mask: Any) -> int:
+def attended_prefix_length(input_ids: Any, attention_mask: Any) -> int:
     """How many leading tokens every row of the batch shares (and attends to)."""
     same = (input_ids == input_ids[:1]).all(dim=0) & attention_mask.bool().all(dim=0)
     return int(same.long().cumprod(0).sum().item()) if same.numel() else 0
@@ -106,7 +106,7 @@ def prefix_shared_loss(model: Any, inputs: dict[str, Any], num_items_in_batch: A
     ids, labels = inputs["input_ids"], inputs["labels"]
     attention = inputs.get("attention_mask")
     attention = torch.ones_like(ids) if attention is None else attention
-    shared = min(shared_prefix_length(ids, attention), ids.size(1) - 1)
+    shared = min(attended_prefix_length(ids, attention), ids.size(1) - 1)
     body, head = _body_and_head(model)
     if inputs.get("pixel_values") is not None:   # a VLM's rows with images: the whole multimodal forward, pixels in
         vision = {k: inputs[k] for k in ("pixel_values", "image_grid_thw") if inputs.get(k) is not None}
