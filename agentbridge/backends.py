@@ -245,7 +245,7 @@ def compile_job(spec: Spec, backend: Backend, out: Path | None = None, *, source
     ``out`` defaults to ``jobs/<spec name>-<backend>-<spec hash>``. Raises ``SpecError`` with one line per
     problem, each prefixed with ``source`` (the spec's path) when given.
     """
-    from agentbridge.conformance.algorithms import difference_lines
+    from agentbridge.conformance.algorithms import spec_differences
     from agentbridge.rollout.agent import check_ids
     from agentbridge.runs import spec_chat_template_hash
     from agentbridge.spec import SpecError, spec_hash
@@ -265,8 +265,7 @@ def compile_job(spec: Spec, backend: Backend, out: Path | None = None, *, source
             f"algorithm.credit: turn: {backend.name} trains on one reward per episode, so each episode's per-turn "
             "rewards are summed into it (placed on its last token); the backends that place them on the turns: "
             + (", ".join(n for n, c in known_capabilities().items() if c.turn_credit) or "none installed"))
-    job.manifest.setdefault("algorithm_differences",
-                            difference_lines(backend, spec.algorithm.name, spec.algorithm.kl_coef))
+    job.manifest.setdefault("algorithm_differences", spec_differences(backend, spec.algorithm))
     if spec.resources.gpus_per_node > 0:  # the per-GPU arithmetic, from the sharding and offload the job sets up
         from agentbridge.memory import estimate_job
 

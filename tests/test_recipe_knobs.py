@@ -127,3 +127,34 @@ def test_mask_truncated_trains_on_no_token_of_a_truncated_episode() -> None:
     assert done.response_mask == [1] * 10
     kept = episode_sample(_traj(10), None, _Renderer(), None, None)
     assert kept.response_mask == [1] * 10
+
+
+@pytest.mark.parametrize("algorithm, cases", [
+    ({}, []),
+    ({"kl_coef": 0.05, "kl_estimator": "k1"}, ["kl_k1"]),
+    ({"kl_coef": 0.05, "kl_in": "reward"}, ["kl_in_reward"]),          # whatever the estimator in the reward
+    ({"is_correction": {"cap": 3.0}}, ["is_token_truncate"]),          # whatever the cap
+    ({"clip": {"high": 0.28}}, ["clip_higher"]),
+    ({"loss_agg": "token_mean", "scale_advantages": "none"}, ["token_mean", "scale_none"]),
+])
+def test_a_spec_meets_the_recipe_cases_it_sets_the_way_they_do(algorithm: dict[str, Any], cases: list[str]) -> None:
+    from agentbridge.conformance.algorithms import matching_recipe_cases
+
+    assert matching_recipe_cases(_spec(**algorithm).algorithm) == cases
+
+
+def test_validate_warns_of_the_recipe_pins_a_spec_meets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pinned recipe difference (a backend's DIFFERENCES under grpo@<case>) reaches validate's warnings and the
+    compiled job's manifest (both read spec_differences) for a spec that sets that knob, not for one that does not."""
+    from agentbridge.conformance import algorithms
+
+    class Pinned:
+        name = "pinned"
+
+    table = {"grpo@kl_in_reward": {"advantages": algorithms.Documented("returns from each token on", None, 1.45)}}
+    monkeypatch.setattr(algorithms, "declared_differences", lambda backend, name: dict(table.get(name, {})))
+    on = algorithms.spec_differences(Pinned(), _spec(kl_coef=0.05, kl_in="reward").algorithm)
+    off = algorithms.spec_differences(Pinned(), _spec(kl_coef=0.05).algorithm)
+    assert on == ["recipe kl_in=reward, k1 (KL 0.05) on pinned (measured on grpo): advantages differs from "
+                  "agentbridge's reference: returns from each token on"]
+    assert off == []

@@ -446,8 +446,50 @@ def difference_lines(backend: Any, name: str, kl_coef: float | None = None) -> l
             for quantity, why in documented(backend, name, kl_coef).items() if quantity not in METRICS]
 
 
+def matching_recipe_cases(algo: Any) -> list[str]:
+    """The recipe cases (:data:`RECIPE_CASES`) a spec's ``algorithm`` sets the way the case does: each knob the case
+    moves has the case's value in the spec (a clip bound or dual-clip: any explicit value; the IS correction: its
+    level and mode, whatever its cap; KL in the reward: whatever its estimator; a KL knob: with KL on)."""
+    spec, out = Recipe.of(algo), []
+    for case in RECIPE_CASES:
+        knobs = recipe_of_case(case)
+        moved = [name for name in ("clip", "dual", "loss_agg", "scale_advantages", "kl_estimator", "kl_in",
+                                   "is_correction") if getattr(knobs, name) is not None]
+        if "kl_in" in moved:  # where the KL goes decides the difference, whichever estimator goes there
+            moved.remove("kl_estimator")
+        if moved and all(_same_knob(name, getattr(knobs, name), getattr(spec, name)) for name in moved) \
+                and (knobs.kl_coef == 0 or spec.kl_coef > 0):
+            out.append(case)
+    return out
+
+
+def _same_knob(name: str, case: Any, spec: Any) -> bool:
+    if spec is None:
+        return False
+    if name in ("clip", "dual"):
+        return True
+    if name == "is_correction":
+        return tuple(case[:2]) == tuple(spec[:2])
+    return bool(case == spec)
+
+
+def spec_differences(backend: Any, algo: Any) -> list[str]:
+    """One line per documented difference of a spec's ``algorithm`` on ``backend``: its algorithm's
+    (:func:`difference_lines`), then those pinned for each recipe case the spec matches (measured on grpo), for
+    ``validate`` and the job manifest."""
+    lines = difference_lines(backend, algo.name, algo.kl_coef)
+    for case in matching_recipe_cases(algo):
+        label = RECIPE_CASES[case][0]
+        lines += [f"recipe {label} on {backend.name} (measured on {RECIPE_ALGORITHM}): {quantity} differs from "
+                  f"agentbridge's reference: {d.why}"
+                  for quantity, d in declared_differences(backend, recipe_variant(RECIPE_ALGORITHM, case)).items()
+                  if quantity not in METRICS]
+    return lines
+
+
 def job_differences(job: Any) -> list[str]:
-    """The documented differences of a compiled job (its backend, its spec's algorithm and KL), for its manifest."""
+    """The documented differences of a compiled job (its backend, its spec's algorithm, KL and recipe), for its
+    manifest."""
     from agentbridge.plugins import get_plugins
     from agentbridge.spec import load_spec
 
@@ -455,7 +497,7 @@ def job_differences(job: Any) -> list[str]:
     if job.backend not in registry:
         return []
     spec = load_spec(str(job.path / "spec.yaml"))
-    return difference_lines(registry.get(job.backend), spec.algorithm.name, spec.algorithm.kl_coef)
+    return spec_differences(registry.get(job.backend), spec.algorithm)
 
 
 # ---------------------------------------------------------------------------------------------- comparison
