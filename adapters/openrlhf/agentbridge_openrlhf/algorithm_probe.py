@@ -4,7 +4,8 @@ rollout conformance (:mod:`agentbridge_openrlhf.standins`): vLLM and DeepSpeed, 
 
 Real: ``RemoteExperienceMaker.compute_advantages_and_returns`` (length penalties, group baselines, returns, GAE,
 whitening) on an ``Experience``; ``compute_approx_kl`` / ``compute_reward`` for KL in the reward; ``PolicyLoss``
-built with the arguments ``PolicyModelActor`` gives it; the KL loss as the actor's training step computes it
+built with the arguments ``PolicyModelActor`` gives it, fed the batch's ``rollout_logp`` as the engine's
+``rollout_log_probs`` (its IS correction, when the job sets one); the KL loss as the actor's training step computes it
 (``compute_approx_kl`` + ``aggregate_loss`` x ``kl.init_coef``). Stand-in: dynamic filtering is an inline condition in
 ``SamplesGenerator``'s Ray dispatch loop (a group is kept when ``min_r < mean score < max_r``), applied here to the
 same arguments, as that loop cannot run without vLLM engines. A reference model exists when ``kl.init_coef > 0``.
@@ -43,13 +44,26 @@ DIFFERENCES: dict[str, dict[str, Documented]] = {
                                      "reference skips them); with KL on, k3 is in the loss, not k1 in the token "
                                      "rewards", off=7.556e-3, on=3.487e-2),
             "kl": Documented("k3 in the loss instead of k1 in the reward", off=None, on=2.108e-3)},
+    # the recipe axis (grpo, one knob set; KL on where the case sets kl_coef): the token-mean KL loss as for grpo
+    # itself, at each estimator and coefficient
+    "grpo@kl_k1": {"kl": Documented(KL_TOKEN_MEAN, off=None, on=1.724e-4)},
+    "grpo@kl_k2": {"kl": Documented(KL_TOKEN_MEAN, off=None, on=4.507e-2)},
+    "grpo@kl_in_reward": {"advantages": Documented(
+        "KL in the reward enters per token after the group normalisation: compute_advantages_and_returns "
+        "normalises the scalar rewards within each group first, then compute_reward subtracts kl_coef x each "
+        "token's k1 on that token and the advantage is the return from each token on (get_cumulative_returns), "
+        "not the reward minus the summed KL normalised in its group and broadcast", off=None, on=1.453)},
 }
 # the quantities OpenRLHF's probe cannot produce: quantity -> why (none: every one is read from OpenRLHF's own code)
 NOT_PRODUCED: dict[str, str] = {}
 
 
 def policy_loss(args: Any) -> Any:
-    """OpenRLHF's ``PolicyLoss`` as its actor builds it from the parsed job arguments."""
+    """OpenRLHF's ``PolicyLoss`` as its actor builds it from the parsed job arguments (``PPOActor.__init__``);
+    with the DeepSpeed stand-in, so ``openrlhf.models`` imports without flash-attn."""
+    from agentbridge_openrlhf.standins import deepspeed
+
+    deepspeed.install()
     from openrlhf.models.loss import PolicyLoss
 
     return PolicyLoss(clip_eps_low=args.actor.eps_clip_low_high[0], clip_eps_high=args.actor.eps_clip_low_high[1],
@@ -100,8 +114,9 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
                                    spec.algorithm.kl_coef,
                                    Recipe.of(spec.algorithm)).float()
     loss_fn = policy_loss(args)
+    # the actor's training_step passes experience.rollout_log_probs, vLLM's log-probs of the sampled tokens
     loss, clip_ratio, *_ = loss_fn(t["logp"], t["old_logp"], ref_adv, action_mask=mask,
-                                   rollout_log_probs=t["old_logp"])
+                                   rollout_log_probs=t["rollout_logp"])
     kl_term = 0.0
     if args.algo.kl.use_loss and args.algo.kl.init_coef > 0:
         kld = compute_approx_kl(t["logp"], t["ref_logp"], log_probs_old=t["old_logp"],

@@ -23,7 +23,9 @@ from agentbridge_openrlhf.config import (
     OPENRLHF_PIN,
     OPTIONS,
     OWNED,
+    ROLLOUT_OPTIONS,
     WHY_NOT,
+    applies,
     describe_demand,
     estimator,
     flag_getter,
@@ -81,6 +83,14 @@ def dataset_row(spec: Spec, task: Any) -> dict[str, Any]:
 
 
 LOSS_AGG_MODES = "OpenRLHF 0.11.2's --actor.loss_agg_mode is token-mean or seq-mean-token-mean"
+# openrlhf/models/loss.py (0.11.2): PolicyLoss.__init__ raises for clip at the seq level; its seq gate is the ratio's
+# geometric mean (masked_mean of the log-ratio) and a kept token keeps its own weight (coef = token_is)
+IS_SEQUENCE_CLIP = ("OpenRLHF 0.11.2's PolicyLoss clamps token weights only: is_correction_mode clip needs "
+                    "is_correction_level token")
+IS_SEQUENCE_MASK = ("OpenRLHF 0.11.2's seq level gates a sequence on its weights' geometric mean, not their product, "
+                    "and weights a kept token by its own ratio")
+IS_GSPO = ("OpenRLHF 0.11.2's gspo loss puts the engine's log-probs into its sequence ratio instead of weighting "
+           "the token losses")
 TRACKERS_NOTE = ("logging: OpenRLHF writes TensorBoard events to <run>/tensorboard; after its trainer they become "
                  "the run's metrics.jsonl, and every tracker of the spec (tensorboard, wandb, mlflow, trackio; "
                  "its package installed in the OpenRLHF environment) gets those rows then, not live")
@@ -95,7 +105,8 @@ class OpenRLHFBackend(kit.Adapter):
     recipe_why_not = {"loss_agg": {"seq_mean_token_sum": LOSS_AGG_MODES, "seq_mean_token_sum_norm": LOSS_AGG_MODES},
                       "scale_advantages": {"batch": "OpenRLHF 0.11.2's group estimators divide by the group's std "
                                            "(group_norm) or by nothing (dr_grpo); reinforce_baseline whitens per "
-                                           "token over the batch, which is not the same"}}
+                                           "token over the batch, which is not the same"},
+                      "is_correction": {"sequence_truncate": IS_SEQUENCE_CLIP, "sequence_mask": IS_SEQUENCE_MASK}}
     lora_why_not = ("OpenRLHF 0.11.2 trains the adapter but sends vLLM the unmerged PEFT parameter names, which its "
                     "weight sync cannot load (OpenRLHF#1349)")
     validator, conformance_module = "agentbridge_openrlhf.validate", "agentbridge_openrlhf.conformance"
@@ -125,6 +136,8 @@ class OpenRLHFBackend(kit.Adapter):
         agg = spec.algorithm.loss_agg
         if spec.algorithm.name == "gspo" and agg is not None and agg != "seq_mean_token_mean":
             refusals["algorithm.loss_agg"] = "OpenRLHF's gspo policy loss is always seq-mean-token-mean"
+        if spec.algorithm.name == "gspo" and spec.algorithm.is_correction is not None:
+            refusals.setdefault("algorithm.is_correction", IS_GSPO)
         return refusals
 
     def spec_problems(self, spec: Spec) -> list[Problem]:
@@ -141,6 +154,14 @@ class OpenRLHFBackend(kit.Adapter):
                                     "group of samples per prompt; use group_size >= 2"))
         if opts["is_correction"] not in ("off", "token", "seq"):
             problems.append(Problem("backend.options.is_correction", "must be off, token or seq"))
+        mine = spec.backend.options if applies(spec) else {}
+        if spec.algorithm.is_correction is not None and mine.get("is_correction", "off") != "off":
+            problems.append(Problem("backend.options.is_correction", "algorithm.is_correction sets OpenRLHF's "
+                                                                     "is_correction flags; remove one of the two"))
+        twins = [k for k in ROLLOUT_OPTIONS if k in mine]
+        if spec.algorithm.rollout is not None and twins:
+            problems.append(Problem(f"backend.options.{twins[0]}", "algorithm.rollout sets OpenRLHF's async flags; "
+                                    f"remove backend.options.{' and backend.options.'.join(twins)}"))
         demand = gpu_demand(flag_getter(flag_values(spec, model="", job="", out="", train_size=1, eval_size=0)))
         if spec.resources.gpus_per_node > 0 and sum(demand.values()) > world_size(spec):
             problems.append(Problem("resources", f"the OpenRLHF job asks for {describe_demand(demand)}, more than "

@@ -9,7 +9,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from agentbridge.spec.recipe import clip_range, dual_clip
+from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
 from agentbridge.spec.schema import Spec
 
 OPENRLHF_PIN = "0.11.2"
@@ -129,6 +129,9 @@ def max_len(spec: Spec) -> int:
     return spec.agent.max_prompt_tokens + spec.agent.max_response_tokens
 
 
+# algorithm.is_correction (level, mode) -> --algo.advantage.is_correction_level / _mode (PolicyLoss: TIS is the token
+# clip, ICEPOP the token mask); the sequence level is refused (OpenRLHFBackend.recipe_why_not)
+IS_CORRECTION = {("token", "truncate"): ("token", "clip"), ("token", "mask"): ("token", "mask")}
 # algorithm.scale_advantages -> the group estimator that scales so (experience_maker: group_norm divides by the
 # group's std, dr_grpo subtracts the group's mean only)
 SCALE_ESTIMATORS = {"group": "group_norm", "none": "dr_grpo"}
@@ -156,7 +159,52 @@ def recipe_flags(spec: Spec) -> dict[str, Any]:
         out["train.max_epochs"] = algo.epochs
     if algo.mini_batches is not None:  # samples per optimizer step
         out["train.batch_size"] = algo.batch_size * algo.group_size // algo.mini_batches
+    isc = algo.is_correction
+    if isc is not None and (isc.level, isc.mode) in IS_CORRECTION:  # the sequence level is refused (backend.py)
+        level, mode = IS_CORRECTION[(isc.level, isc.mode)]
+        # gating on the ratio itself, band [0, cap]: clip is min(w, cap), mask zeroes a token whose w > cap
+        out.update({"algo.advantage.is_correction_level": level, "algo.advantage.is_correction_mode": mode,
+                    "algo.advantage.is_correction_gating": "ratio",
+                    "algo.advantage.is_correction_threshold": [0.0, isc.cap]})
     return out
+
+
+def kl_flags(spec: Spec) -> dict[str, Any]:
+    """``--algo.kl.*`` of the spec's KL term (none with kl_coef 0). With ``kl_estimator`` and ``kl_in`` both null:
+    k3 in the loss for every preset, the job these specs compiled to before the knobs existed (reinforce_pp and ppo
+    then differ from their preset, k1 in the reward: pinned in the algorithm probe); with either set, the spec's
+    (estimator, where) (``agentbridge.spec.recipe.kl_setting``): ``--algo.kl.estimator``, and ``--algo.kl.use_loss``
+    for the loss (without it OpenRLHF's experience maker puts each token's estimate into the token rewards)."""
+    algo = spec.algorithm
+    if algo.kl_coef <= 0:
+        return {}
+    if algo.kl_estimator is None and algo.kl_in is None:
+        return {"algo.kl.use_loss": True, "algo.kl.estimator": "k3"}
+    estimator_, where = kl_setting(algo)
+    return {**({"algo.kl.use_loss": True} if where == "loss" else {}), "algo.kl.estimator": estimator_}
+
+
+ROLLOUT_OPTIONS = ("async", "async_queue_size", "partial_rollout")  # algorithm.rollout's backend.options twins
+
+
+def rollout_plan(spec: Spec) -> tuple[bool, int, bool]:
+    """(``--train.async_enable``, ``--train.async_queue_size``, ``--train.partial_rollout_enable``) of the spec.
+
+    ``algorithm.rollout`` when set: sync is OpenRLHF's synchronous trainer; one_step_off its async trainer with a
+    queue of 1, async with a queue of ``max_staleness`` (null: OpenRLHF's default queue, 1), and partial rollouts
+    with ``partial``. The queue is the staleness bound: ``PPOTrainerAsync`` hands the generator one slot per queue
+    place and the trainer frees one when it takes a batch, before training on it, so batch b starts generating once
+    batch b - queue is taken, on weights no older than that step's, and trains at step b. Unset: the
+    ``backend.options`` of the same names."""
+    r = spec.algorithm.rollout
+    if r is None:
+        opts = options(spec)
+        return bool(opts["async"]), int(opts["async_queue_size"]), bool(opts["partial_rollout"])
+    if r.mode == "sync":
+        return False, 1, False
+    if r.mode == "one_step_off":
+        return True, 1, False
+    return True, r.max_staleness or int(openrlhf_flags()["train.async_queue_size"]["default"]), r.partial
 
 
 def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, eval_size: int,
@@ -168,9 +216,10 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
     """
     a, algo, res = spec.agent, spec.algorithm, spec.resources
     opts = options(spec)
+    asynchronous, queue, partial = rollout_plan(spec)
     gpus = max(1, res.gpus_per_node)
     # async: vLLM engines get GPUs of their own, so the DeepSpeed models take half of the cluster
-    model_nodes, model_gpus = async_split(res.nodes, gpus) if opts["async"] else (res.nodes, gpus)
+    model_nodes, model_gpus = async_split(res.nodes, gpus) if asynchronous else (res.nodes, gpus)
     prompts_needed = algo.steps * algo.batch_size
     episodes = max(1, math.ceil(prompts_needed / max(1, train_size)))
     v: dict[str, Any] = {
@@ -216,7 +265,7 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         "logger.tensorboard_dir": f"{out}/tensorboard",
     }
     tp = int(opts["vllm_tensor_parallel_size"])
-    vllm_gpus = world_size(spec) - model_nodes * model_gpus if opts["async"] else world_size(spec)
+    vllm_gpus = world_size(spec) - model_nodes * model_gpus if asynchronous else world_size(spec)
     v["vllm.num_engines"] = opts["vllm_num_engines"] or max(1, vllm_gpus // tp)
     for key, value in ALGORITHMS.get(spec.algorithm.name, {}).items():
         if key != "algo.advantage.estimator":
@@ -224,17 +273,15 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
     v.update(recipe_flags(spec))
     if v.get("algo.dynamic_filtering_enable"):
         v["algo.dynamic_filtering_range"] = list(reward_range(spec))
-    if algo.kl_coef > 0:  # GRPO-style KL: in the loss, k3 estimator
-        v.update({"algo.kl.use_loss": True, "algo.kl.estimator": "k3"})
+    v.update(kl_flags(spec))
     if estimator(spec) == "gae":
         v.update({"critic.model_name_or_path": model, "critic.num_nodes": model_nodes,
                   "critic.num_gpus_per_node": model_gpus, "critic.adam.lr": opts["critic_lr"]})
-    if opts["async"]:
+    if asynchronous:
         # as OpenRLHF's async agent recipe: colocate_all shares one placement group among the DeepSpeed models
         # (actor, ref, critic); the vLLM engines get their own (train_ppo_ray.train)
-        v.update({"train.async_enable": True, "train.async_queue_size": opts["async_queue_size"],
-                  "train.colocate_all": True})
-        if opts["partial_rollout"]:
+        v.update({"train.async_enable": True, "train.async_queue_size": queue, "train.colocate_all": True})
+        if partial:
             v["train.partial_rollout_enable"] = True
     else:
         v.update({"train.colocate_all": True, "vllm.enable_sleep": True, "ds.enable_sleep": True})
@@ -244,7 +291,7 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         v["actor.gradient_checkpointing_enable"] = True
     if opts["packing_samples"]:
         v["ds.packing_samples"] = True
-    if opts["is_correction"] != "off":
+    if opts["is_correction"] != "off" and algo.is_correction is None:
         v["algo.advantage.is_correction_level"] = opts["is_correction"]
     if eval_size and int(opts["eval_steps"]) > 0:
         v.update({"eval.dataset": f"{job}/data/eval.jsonl", "eval.steps": opts["eval_steps"],

@@ -229,6 +229,8 @@ def semantics_of(args: Any) -> dict[str, str]:
         "loss aggregation": str(f("actor.loss_agg_mode")),
         "clip": f"({low}, {high}) on {level} ratios · policy_loss_type {f('actor.policy_loss_type')}",
         "KL": kl,
+        "IS correction": _is_correction(f),
+        "rollout mode": _rollout_mode(f),
         "group filtering": (f"groups outside reward range {f('algo.dynamic_filtering_range')} dropped"
                             if f("algo.dynamic_filtering_enable") else "none"),
         "sampling": f"temperature {f('rollout.temperature')}, top_p {f('rollout.top_p')}, "
@@ -239,6 +241,34 @@ def semantics_of(args: Any) -> dict[str, str]:
         "batch": f"{f('rollout.batch_size')} prompts x {f('rollout.n_samples_per_prompt')} samples · train batch "
                  f"{f('train.batch_size')} samples, {f('actor.max_epochs') or 1} epoch(s)",
     }
+
+
+def _is_correction(f: Any) -> str:
+    """The IS-correction aspect of :func:`semantics_of` (``f``: a dotted flag's parsed value)."""
+    level, mode, gating = (f(f"algo.advantage.is_correction_{k}") for k in ("level", "mode", "gating"))
+    if level == "off":
+        return "none · is_correction_level off"
+    low, high = f("algo.advantage.is_correction_threshold")
+    if level == "token" and gating == "ratio" and float(low) == 0 and f("actor.policy_loss_type") == "ppo":
+        shared = f"token, truncate at {high:g}" if mode == "clip" else f"token, mask above {high:g}"
+    else:  # OpenRLHF's own kinds (a band, a per-sequence gate, a divergence gate, gspo's ratio): its words
+        shared = f"{level} {gating} {mode} in [{low:g}, {high:g}]"
+    return (f"{shared} · is_correction_level {level}, _mode {mode}, _gating {gating}, _threshold {low:g} "
+            f"{high:g}")
+
+
+def _rollout_mode(f: Any) -> str:
+    """The rollout-mode aspect of :func:`semantics_of`: OpenRLHF's async queue is the staleness bound
+    (``agentbridge_openrlhf.config.rollout_plan``), so a queue of 1 without partial rollouts is one step off."""
+    asynchronous, queue, partial = bool(f("train.async_enable")), f("train.async_queue_size"), \
+        bool(f("train.partial_rollout_enable"))
+    if not asynchronous:
+        shared = "sync"
+    elif queue == 1 and not partial:
+        shared = "one_step_off"
+    else:
+        shared = f"async, max staleness {queue}" + (", partial" if partial else "")
+    return f"{shared} · async_enable {asynchronous}, async_queue_size {queue}, partial_rollout_enable {partial}"
 
 
 def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,

@@ -37,14 +37,23 @@ def test_validate_warns_and_the_manifest_records_the_kl_aggregation(tmp_path: Pa
 
 
 def test_the_recipe_row_equals_the_reference_or_is_refused() -> None:
-    """Each recipe knob (grpo, KL off) through OpenRLHF's advantage and PolicyLoss code as the compiled job's argv
-    configures it: the reference, or refused at check (no seq-mean-token-sum(-norm) loss_agg_mode, no batch std)."""
+    """Each recipe knob (grpo) through OpenRLHF's advantage, KL and PolicyLoss code as the compiled job's argv
+    configures it: the reference (the token IS cases with PolicyLoss fed the batch's rollout_logp), a pinned
+    difference (the KL loss's token mean; KL in the reward placed per token after the group normalisation), or
+    refused at check (no seq-mean-token-sum(-norm) loss_agg_mode, no batch std, no sequence-level IS weight)."""
     from agentbridge.conformance.algorithms import RECIPE_CASES
 
     cells = {c.algorithm.split("@")[1]: c for c in run_algorithms("openrlhf", (), recipe=tuple(RECIPE_CASES))}
+    lines = problem_lines(list(cells.values()))
     assert list(cells) == list(RECIPE_CASES)
-    assert {case for case, c in cells.items() if c.status in ("✔", "≈")} == \
-        {"clip_higher", "dual_clip", "token_mean", "scale_none"}, problem_lines(list(cells.values()))
-    for case in ("seq_mean_token_sum", "seq_mean_token_sum_norm", "scale_batch"):
+    assert {case: c.status for case, c in cells.items()} == {
+        "clip_higher": "✔", "dual_clip": "✔", "token_mean": "✔", "seq_mean_token_sum": "n/a",
+        "seq_mean_token_sum_norm": "n/a", "scale_none": "✔", "scale_batch": "n/a", "kl_k1": "≠", "kl_k2": "≠",
+        "kl_in_reward": "≠", "is_token_truncate": "✔", "is_token_mask": "✔", "is_sequence_truncate": "n/a",
+        "is_sequence_mask": "n/a"}, lines
+    assert cells["kl_k1"].differing() == ["kl"] and cells["kl_k2"].differing() == ["kl"], lines
+    assert cells["kl_in_reward"].differing() == ["advantages"] and cells["kl_in_reward"].deltas["kl"] == 0.0, lines
+    for case in ("seq_mean_token_sum", "seq_mean_token_sum_norm", "scale_batch", "is_sequence_truncate",
+                 "is_sequence_mask"):
         assert cells[case].status == "n/a" and cells[case].why.startswith("algorithm.") and \
             "openrlhf cannot run grpo with " in cells[case].why, case

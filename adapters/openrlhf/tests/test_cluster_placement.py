@@ -108,13 +108,15 @@ def test_2x8_job_places_actor_and_engines_on_both_nodes(on_cluster: Any, tmp_pat
     assert sorted(_nodes(pg).values()) == [8, 8]
 
 
-def test_async_2x8_job_splits_the_gpus_between_actor_and_engines(on_cluster: Any, tmp_path: Path,
-                                                                 model: str) -> None:
-    """With ``async`` the vLLM engines get GPUs of their own: the actor takes one node's 8, the engines the other's
-    (OpenRLHF's async recipe halves the GPUs the same way); 16 + 16 would wait forever on 16 GPUs."""
+@pytest.mark.parametrize("asynchronous", ["backend.options.async=true", "algorithm.rollout.mode=one_step_off"])
+def test_async_2x8_job_splits_the_gpus_between_actor_and_engines(on_cluster: Any, tmp_path: Path, model: str,
+                                                                 asynchronous: str) -> None:
+    """With ``async`` (the option, or the spec's one-step-off rollouts) the vLLM engines get GPUs of their own: the
+    actor takes one node's 8, the engines the other's (OpenRLHF's async recipe halves the GPUs the same way); 16 + 16
+    would wait forever on 16 GPUs."""
     import ray
 
-    job = _compile(tmp_path / "job", "resources.nodes=2", "resources.gpus_per_node=8", "backend.options.async=true")
+    job = _compile(tmp_path / "job", "resources.nodes=2", "resources.gpus_per_node=8", asynchronous)
     placed = _placement(job.path, model)
     actor, engines = placed["pg"], placed["vllm_engines"]
     assert actor.bundle_count == 8 and engines.bundle_count == 8

@@ -115,5 +115,6 @@ def test_validate_says_what_the_job_will_do_from_the_parsed_arguments(calculator
     assert list(semantics) == list(ASPECTS)
     assert shared(semantics["advantage"]) == "r - group mean, / group std"
     assert shared(semantics["clip"]) == "(0.2, 0.28) on token ratios"
+    assert shared(semantics["IS correction"]) == "none" and shared(semantics["rollout mode"]) == "sync"
     # a constant learning rate after warmup, as TRL and veRL (OpenRLHF's default would decay it)
     assert shared(semantics["optimizer"]) == "lr 0.0001, constant after warmup"
