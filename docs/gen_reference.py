@@ -323,13 +323,19 @@ def spec_page() -> str:
     out.append("## Algorithm presets\n\n")
     out.append("What each `algorithm.name` implies for the recipe fields left null, and the backends that run it "
                "(`agentbridge.backends.known_capabilities`). The other recipe defaults are the same for every "
-               "preset: `entropy_coef` 0, `max_grad_norm` 1.0 (see the fields' descriptions).\n\n")
+               "preset: `entropy_coef` 0, `max_grad_norm` 1.0, `epochs` 1, `mini_batches` 1, no `is_correction`, "
+               "no `overlong` shaping, `rollout` sync (see the fields' descriptions).\n\n")
     rows = []
     for name in ALGORITHMS:
         low, high = recipe.preset_clip(name)
         runs = [b for b, c in caps.items() if name in c.algorithms]
-        rows.append([code(name), f"[1 - {low:g}, 1 + {high:g}]", ", ".join(runs) or "none"])
-    out.append(table(["algorithm", "ratio clip (null clip)", "backends that run it"], rows))
+        algo = _probe_spec({"name": name, "kl_coef": 0.1}, "trl").algorithm
+        estimator, where = recipe.kl_setting(algo)
+        rows.append([code(name), f"[1 - {low:g}, 1 + {high:g}]", code(recipe.loss_agg(algo)),
+                     code(recipe.scale_advantages(algo) or "its own"), f"{estimator} in the {where}",
+                     ", ".join(runs) or "none"])
+    out.append(table(["algorithm", "ratio clip (null clip)", "loss_agg", "scale_advantages", "KL (kl_coef > 0)",
+                      "backends that run it"], rows))
     return "".join(out)
 
 

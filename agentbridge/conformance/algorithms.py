@@ -58,6 +58,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentbridge.spec.recipe import PRESET_LOSS_AGG
+
 ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo")
 QUANTITIES = ("advantages", "loss", "clip_fraction", "kl", "kept")
 METRICS = ("clip_fraction",)  # logged, not trained on: compared and pinned here, not warned at validate
@@ -68,8 +70,6 @@ CLOSE = 1e-3
 PIN_TOLERANCE = 0.01  # a pinned difference holds while its max |Δ| is within 1% (or IDENTICAL) of the pin
 CLIP = {"dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
 GAE_LAMBDA = 0.95
-PRESET_LOSS_AGG = {"grpo": "seq_mean_token_mean", "gspo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm",
-                   "rloo": "seq_mean_token_sum"}  # the others: token_mean
 RECIPE_ALGORITHM = "grpo"  # the recipe axis sets each knob away from its default on this algorithm
 # the recipe axis: case -> (its row in the recipe table, the spec's settings). clip.dual 1.25 bites on the golden
 # batch: the tokens whose ratio passes it with a negative advantage (-0.783) are response 11's first and third (ratios

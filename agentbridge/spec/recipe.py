@@ -34,6 +34,16 @@ PRESET_CLIP: dict[str, tuple[float, float]] = {"dapo": (0.2, 0.28), "gspo": (3e-
 """(low, high) of the ratio clip each preset sets on every backend that runs it; (0.2, 0.2) for the others."""
 
 
+PRESET_LOSS_AGG = {"grpo": "seq_mean_token_mean", "gspo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm",
+                   "rloo": "seq_mean_token_sum"}
+"""The loss aggregation each preset implies; token_mean for the others (dapo, reinforce_pp, ppo)."""
+
+
+def loss_agg(algo: AlgorithmSpec) -> str:
+    """How token losses make the step's loss: the explicit ``loss_agg``, else the preset's."""
+    return algo.loss_agg or PRESET_LOSS_AGG.get(algo.name, "token_mean")
+
+
 def preset_clip(name: str) -> tuple[float, float]:
     """The (low, high) ratio clip of algorithm preset ``name``."""
     return PRESET_CLIP.get(name, DEFAULT_CLIP)
