@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentbridge import models
-from agentbridge.models import builtin
-from agentbridge.models import BUILTIN_MODELS, ModelError, cache_dir, load_tokenizer, resolve_model_path
+from agentbridge.models import BUILTIN_MODELS, ModelError, builtin, cache_dir, load_tokenizer, resolve_model_path
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -1,7 +1,8 @@
 """The recipe axis of the algorithm conformance: the golden batch with each recipe knob (clip-higher, dual-clip, the
-loss aggregations, advantage scaling) away from its default, through TRL's own code configured by the compiled job,
-against the reference math extended by the knob; a mapping broken on purpose is a ✘ naming the cell, and
-``conformance --algorithms`` exits 1. The other backends' recipe rows are checked in their own suites
+loss aggregations, advantage scaling, the KL estimator and placement, the importance-sampling correction) away from
+its default, through TRL's own code configured by the compiled job, against the reference math extended by the knob;
+a knob TRL's check refuses (k1, k2, KL in the reward) is n/a with its line; a mapping broken on purpose is a ✘ naming
+the cell, and ``conformance --algorithms`` exits 1. The other backends' recipe rows are checked in their own suites
 (adapters/*/tests/test_algorithm*.py)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from agentbridge.cli import main
 from agentbridge.conformance.algorithms import (
     ALGORITHMS,
     CLOSE,
+    IDENTICAL,
     KL_COEF,
     RECIPE_CASES,
     Recipe,
@@ -79,7 +81,8 @@ def test_unset_recipe_keeps_every_algorithms_reference() -> None:
 
 def test_recipe_pins_hold_at_their_value_and_fail_when_they_move() -> None:
     """Each backend's pinned recipe differences, fed a backend output at the pin (reference + pin on one entry),
-    pass; ten times the pin fails naming the cell; a recipe cell is KL off only."""
+    pass; ten times the pin fails naming the cell; a recipe cell is one variant: KL on (the ``on`` pin) for the
+    cases with a KL coefficient, KL off for the others."""
     batch = golden_batch()
     checked = 0
     for backend in ("trl", "openrlhf", "verl", "rlinf", "roll"):
@@ -90,12 +93,13 @@ def test_recipe_pins_hold_at_their_value_and_fail_when_they_move() -> None:
         for case in RECIPE_CASES:
             name = recipe_variant("grpo", case)
             knobs = recipe_of_case(case)
+            kl = knobs.kl_coef > 0
             for quantity, pin in declared_differences(b, name).items():
-                assert pin.on is None and pin.off is not None, (backend, name, quantity)
-                want = reference("grpo", batch, 0.0, knobs)
+                assert pin.pin(kl) is not None and pin.pin(not kl) is None, (backend, name, quantity)
+                want = reference("grpo", batch, knobs.kl_coef, knobs)
                 at_pin, ten_times = copy.deepcopy(want), copy.deepcopy(want)
-                at_pin[quantity] += pin.off
-                ten_times[quantity] += 10 * pin.off
+                _shift(at_pin, quantity, pin.pin(kl))
+                _shift(ten_times, quantity, 10 * pin.pin(kl))
                 declared = {quantity: pin}
                 assert compare_cell(name, backend, {name: at_pin}, batch, declared, recipe=knobs).status == "≠", \
                     (backend, name, quantity)
@@ -106,21 +110,54 @@ def test_recipe_pins_hold_at_their_value_and_fail_when_they_move() -> None:
     assert checked >= 5
 
 
+def _shift(quantities: dict[str, Any], quantity: str, by: float) -> None:
+    """Move one entry of ``quantities[quantity]`` (a number, or the first action token's of per-token advantages)
+    by ``by``: its max |Δ| from the reference is then ``by``."""
+    if isinstance(quantities[quantity], list):
+        quantities[quantity][0][0] += by
+    else:
+        quantities[quantity] += by
+
+
 @pytest.fixture(scope="module")
 def trl_row(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     """TRL's recipe row (one compile and probe per case; shared by the module's tests)."""
     return run_algorithms("trl", (), tmp_path_factory.mktemp("trl-recipe"), recipe=tuple(RECIPE_CASES))
 
 
+# the recipe cases TRL's check refuses, and a word of each refusal line (TrlBackend.recipe_why_not)
+TRL_REFUSED = {"kl_k1": "k3 in the loss", "kl_k2": "k3 in the loss", "kl_in_reward": "k3 in the loss"}
+
+
 def test_trls_recipe_row_equals_the_reference(trl_row: list[Any]) -> None:
     cells = {c.algorithm: c for c in trl_row}
     assert list(cells) == [recipe_variant("grpo", case) for case in RECIPE_CASES]
-    assert not [c for c in trl_row if c.status not in ("✔", "≈")], problem_lines(trl_row)
+    refused = {c.algorithm.split("@")[1]: c.why for c in trl_row if c.status == "n/a"}
+    assert set(refused) == set(TRL_REFUSED)
+    for case, word in TRL_REFUSED.items():
+        assert refused[case].startswith("algorithm.kl_estimator: trl cannot run grpo") and word in refused[case]
+    assert not [c for c in trl_row if c.status not in ("✔", "≈", "n/a")], problem_lines(trl_row)
     for c in trl_row:
-        assert set(c.deltas) == {"advantages", "loss", "clip_fraction", "kl", "kept"} and set(c.variants) == {"off"}
+        if c.status != "n/a":
+            assert set(c.deltas) == {"advantages", "loss", "clip_fraction", "kl", "kept"}
+            assert set(c.variants) == {"on" if recipe_of_case(c.algorithm.split("@")[1]).kl_coef > 0 else "off"}
     table = recipe_table(trl_row, ["trl"]).splitlines()
-    assert table[0].split() == ["recipe", "(grpo,", "KL", "off)", "trl"]
-    assert [line.split()[0] for line in table[1:]] == [label for label, _ in RECIPE_CASES.values()]
+    assert table[0].split() == ["recipe", "(grpo)", "trl"]
+    assert [line.rsplit(None, 1)[0].strip() for line in table[1:]] == [label for label, _ in RECIPE_CASES.values()]
+
+
+def test_trls_is_cells_run_trls_own_correction(trl_row: list[Any]) -> None:
+    """Each importance-sampling cell equals the reference with the weights, and the reference without them is
+    beyond the tolerance: the cell is ✔/≈ only because TRL weighted the loss as the knob says."""
+    batch = golden_batch()
+    cells = {c.algorithm: c for c in trl_row}
+    for case in ("is_token_truncate", "is_token_mask", "is_sequence_truncate", "is_sequence_mask"):
+        knobs = recipe_of_case(case)
+        assert knobs.is_correction is not None and knobs.is_correction[2] == 2.0
+        cell = cells[recipe_variant("grpo", case)]
+        assert cell.status in ("✔", "≈") and cell.deltas["loss"] <= IDENTICAL, problem_lines([cell])
+        unweighted = reference("grpo", batch, 0.0, Recipe(kl_coef=knobs.kl_coef))["loss"]
+        assert abs(unweighted - reference("grpo", batch, 0.0, knobs)["loss"]) > CLOSE, case
 
 
 def _without(key: str) -> Any:
@@ -138,6 +175,8 @@ def _without(key: str) -> Any:
     ("clip_higher", "epsilon_high", ["loss", "clip_fraction"]),  # clip high not written: TRL clips at (0.1, 0.1)
     ("dual_clip", "delta", ["loss"]),                            # dual-clip not written
     ("token_mean", "loss_type", ["loss"]),                       # the preset's aggregation stays
+    ("is_token_truncate", "vllm_importance_sampling_mode", ["loss"]),  # TRL's default mode: sequence_mask
+    ("is_sequence_mask", "vllm_importance_sampling_clip_max", ["loss"]),  # TRL's default cap: 3.0
 ])
 def test_a_broken_trl_mapping_is_a_cell_naming_the_knob(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, case: str,
                                                       key: str, quantities: list[str]) -> None:
@@ -161,7 +200,7 @@ def test_the_cli_prints_the_recipe_table_and_exits_1_on_a_broken_mapping(monkeyp
     ok = CliRunner().invoke(main, ["conformance", "--algorithms", "--backend", "trl"])
     assert ok.exit_code == 0, ok.output
     recipe = ok.stdout.strip().split("\n\n")[1].splitlines()
-    assert recipe[0].split()[-1] == "trl" and recipe[0].startswith("recipe (grpo, KL off)")
+    assert recipe[0].split()[-1] == "trl" and recipe[0].startswith("recipe (grpo)")
     statuses = {line.split()[0]: line.split()[1:] for line in recipe[1:]}
     assert statuses["clip=0.1/0.3"][0] in ("✔", "≈") and statuses["loss_agg=token_mean"][0] in ("✔", "≈")
     monkeypatch.setattr(config, "recipe_kwargs", _without("epsilon_high"))

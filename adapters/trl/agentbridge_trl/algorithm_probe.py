@@ -3,10 +3,15 @@ a trainer built from the compiled job's ``grpo_config.json``.
 
 Real: the ``GRPOTrainer`` the job builds (``build_trainer`` with the job's ``GRPOConfig`` arguments, the spec's
 tiny model) and its ``_compute_loss`` (ratio, clipping, importance-sampling level, KL estimator and ``beta``, loss
-aggregation by ``loss_type``, its ``clip_ratio/region_mean`` and ``kl`` metrics), and its advantages as
-``_generate_and_score_completions`` computes them from the reward functions' outputs. Stand-ins: the model's
-forward in the loss (``_get_per_token_logps_and_entropies`` returns the golden batch's current log-probs) and
-the ``rollout_func`` (returns the golden responses and rewards). TRL has no dynamic sampling: every group is kept.
+aggregation by ``loss_type``, the vLLM importance-sampling weight, its ``clip_ratio/region_mean`` and ``kl``
+metrics), and its advantages and vLLM importance-sampling ratio as ``_generate_and_score_completions`` computes
+them from the reward functions' outputs and the rollout's log-probs. Stand-ins: the model's forward
+(``_get_per_token_logps_and_entropies`` returns the golden batch's log-probs: the old ones while scoring, the
+reference's for the reference model, the current ones in the loss) and the ``rollout_func`` (returns the golden
+responses, rewards and the engine's log-probs ``rollout_logp``). TRL computes the importance-sampling ratio only
+when it generates with vLLM, so where the spec sets ``algorithm.is_correction`` the probe runs the trainer as a
+vLLM one (``use_vllm``, the rollout's log-probs standing for vLLM's); the CPU job applies no correction, which its
+compile note says. TRL has no dynamic sampling: every group is kept.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import Any
 from agentbridge.conformance.algorithms import Documented
 
 # what TRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
-# max |Δ| on the golden batch with KL off and on (None: no difference in that variant)
+# max |Δ| on the golden batch with KL off and on (None: no difference in that variant). The recipe cases TRL's check
+# refuses (kl_k1, kl_k2, kl_in_reward: TrlBackend.recipe_why_not) are n/a, not pinned here.
 DIFFERENCES: dict[str, dict[str, Documented]] = {
     "dapo": {"kept": Documented("GRPOTrainer has no dynamic sampling; groups whose rewards are all equal are trained "
                                 "on (with zero advantage)", off=2, on=2)},
@@ -37,6 +43,50 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     import torch
 
     from agentbridge.conformance.algorithms import Recipe, reference_advantages
+
+    spec, kwargs, trainer = job_trainer(job)
+    # TRL's importance-sampling code runs only with vLLM: where the spec asks for the correction, the trainer runs
+    # as a vLLM one, the golden rollout_logp standing for vLLM's log-probs
+    trainer.use_vllm = spec.algorithm.is_correction is not None
+    t = batch.tensors()
+    n, width = t["mask"].shape
+    lengths = torch.tensor([len(m) - m[::-1].index(1) for m in batch.mask])
+    completion_mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).long()
+
+    def scoring_stand_in(model: Any, *_: Any, **__: Any) -> tuple[Any, Any, None]:
+        logp = t["ref_logp"] if model is trainer.ref_model and model is not None else t["old_logp"]
+        return logp, torch.zeros_like(logp), None
+
+    def forward_stand_in(*_: Any, **__: Any) -> tuple[Any, Any, None]:
+        return t["logp"], torch.zeros_like(t["logp"]), None
+
+    trainer._get_per_token_logps_and_entropies = scoring_stand_in
+    scored = score(trainer, batch, spec)
+    trainer._get_per_token_logps_and_entropies = forward_stand_in
+    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64), spec.algorithm.kl_coef,
+                                   Recipe.of(spec.algorithm))
+    seq_adv = torch.stack([ref_adv[i][t["mask"][i].bool()][0] for i in range(n)]).float()  # one per sequence
+    inputs = {"prompt_ids": torch.ones(n, 1, dtype=torch.long), "prompt_mask": torch.ones(n, 1, dtype=torch.long),
+              "completion_ids": torch.ones(n, width, dtype=torch.long), "completion_mask": completion_mask,
+              "tool_mask": t["mask"], "advantages": seq_adv, "old_per_token_logps": t["old_logp"],
+              "ref_per_token_logps": t["ref_logp"], "num_items_in_batch": t["mask"].sum()}
+    if "importance_sampling_ratio" in scored:  # TRL's own weights from the rollout's (the engine's) log-probs
+        inputs["importance_sampling_ratio"] = scored["importance_sampling_ratio"]
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = int(kwargs.get("gradient_accumulation_steps", 1))  # set by train()
+    with torch.no_grad():
+        total = float(trainer._compute_loss(trainer.model, inputs))
+        clip = trainer._metrics["train"]["clip_ratio/region_mean"][-1]
+        beta, trainer.beta = trainer.beta, 0.0
+        loss = float(trainer._compute_loss(trainer.model, inputs))
+        trainer.beta = beta
+    adv = scored["advantages"].reshape(n).tolist()
+    return {"advantages": [[a * m for m in batch.mask[i]] for i, a in enumerate(adv)], "loss": loss,
+            "clip_fraction": float(clip), "kl": total - loss, "kept": batch.groups()}
+
+
+def job_trainer(job: Path) -> tuple[Any, dict[str, Any], Any]:
+    """``(spec, GRPOConfig arguments, GRPOTrainer)`` of the job in ``job``, as its entry builds the trainer."""
     from agentbridge.models import load_model, load_tokenizer
     from agentbridge.rollout.agent import Agent
     from agentbridge.spec import load_spec
@@ -50,44 +100,19 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     tokenizer, model = _LOADED[spec.model.path]
     agent = Agent.from_spec(spec, tokenizer)
     trainer, _ = build_trainer(agent, copy.deepcopy(model), kwargs, agent.tasks("train"))
-    t = batch.tensors()
-    n, width = t["mask"].shape
-    lengths = torch.tensor([len(m) - m[::-1].index(1) for m in batch.mask])
-    completion_mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).long()
-
-    def forward_stand_in(*_: Any, **__: Any) -> tuple[Any, Any, None]:
-        return t["logp"], torch.zeros_like(t["logp"]), None
-
-    advantages = _advantages(trainer, batch, spec)
-    trainer._get_per_token_logps_and_entropies = forward_stand_in
-    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64), spec.algorithm.kl_coef,
-                                   Recipe.of(spec.algorithm))
-    seq_adv = torch.stack([ref_adv[i][t["mask"][i].bool()][0] for i in range(n)]).float()  # one per sequence
-    inputs = {"prompt_ids": torch.ones(n, 1, dtype=torch.long), "prompt_mask": torch.ones(n, 1, dtype=torch.long),
-              "completion_ids": torch.ones(n, width, dtype=torch.long), "completion_mask": completion_mask,
-              "tool_mask": t["mask"], "advantages": seq_adv, "old_per_token_logps": t["old_logp"],
-              "ref_per_token_logps": t["ref_logp"], "num_items_in_batch": t["mask"].sum()}
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = int(kwargs.get("gradient_accumulation_steps", 1))  # set by train()
-    with torch.no_grad():
-        total = float(trainer._compute_loss(trainer.model, inputs))
-        clip = trainer._metrics["train"]["clip_ratio/region_mean"][-1]
-        beta, trainer.beta = trainer.beta, 0.0
-        loss = float(trainer._compute_loss(trainer.model, inputs))
-        trainer.beta = beta
-    return {"advantages": advantages, "loss": loss, "clip_fraction": float(clip), "kl": total - loss,
-            "kept": batch.groups()}
+    return spec, kwargs, trainer
 
 
-def _advantages(trainer: Any, batch: Any, spec: Any) -> list[list[float]]:
-    """TRL's own advantages for the golden rewards: ``_generate_and_score_completions`` on one prompt per group,
-    ``num_generations`` times, with a stand-in ``rollout_func`` returning the golden responses and the golden
-    reward as the first reward component (the others 0); the per-sequence advantage is broadcast over the mask."""
+def score(trainer: Any, batch: Any, spec: Any) -> dict[str, Any]:
+    """TRL's own ``_generate_and_score_completions`` on one prompt per group, ``num_generations`` times, with a
+    stand-in ``rollout_func`` returning the golden responses, their engine log-probs (``rollout_logp``) and the
+    golden reward as the first reward component (the others 0): its advantages (one per sequence) and, on a vLLM
+    trainer, its ``importance_sampling_ratio``."""
     from agentbridge_trl.config import reward_components, reward_key
 
     components = reward_components(spec)
-    n = len(batch.rewards)
     eos = trainer.processing_class.eos_token_id if hasattr(trainer.processing_class, "eos_token_id") else 0
+    engine = batch.rollout_logp or batch.old_logp
 
     def rollout_stand_in(prompts: list[Any], _: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"prompt_ids": [[eos] for _ in prompts], "completion_ids": [], "logprobs": [],
@@ -95,15 +120,15 @@ def _advantages(trainer: Any, batch: Any, spec: Any) -> list[list[float]]:
         for i in range(len(prompts)):
             length = len(batch.mask[i]) - batch.mask[i][::-1].index(1)
             out["completion_ids"].append([eos] * length)
-            out["logprobs"].append(list(batch.old_logp[i][:length]))
+            out["logprobs"].append(list(engine[i][:length]))
             out["env_mask"].append(list(batch.mask[i][:length]))
         for k, (name, weight) in enumerate(components):
             out[reward_key(name)] = [r / weight if k == 0 else 0.0 for r in batch.rewards]
         return out
 
     trainer.rollout_func = rollout_stand_in
+    trainer._last_loaded_step = trainer.state.global_step  # no vLLM weights to sync
     rows = [dict(trainer.train_dataset[g]) for g in batch.group]  # one dataset row per group, as RepeatSampler does
     trainer.model.train()
-    out = trainer._generate_and_score_completions(rows)
-    adv = out["advantages"].reshape(n).tolist()
-    return [[a * m for m in batch.mask[i]] for i, a in enumerate(adv)]
+    return trainer._generate_and_score_completions(rows)
+

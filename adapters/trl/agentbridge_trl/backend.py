@@ -13,7 +13,9 @@ from agentbridge.spec import Spec
 from agentbridge_trl import __version__
 from agentbridge_trl.config import (
     ALGORITHMS,
+    IS_DEFAULTS,
     OPTIONS,
+    RECIPE_WHY_NOT,
     WHY_NOT,
     ZERO_STAGES,
     applies,
@@ -39,6 +41,7 @@ class TrlBackend(kit.Adapter):
     # what the rollout conformance records of TRL's default job do not hold (None), and why; any other None fails
     rollout_not_held = {"token_rewards": "GRPOTrainer keeps one reward per episode, no per-token rewards"}
     config_file = "grpo_config.json"
+    recipe_why_not = RECIPE_WHY_NOT  # k1/k2, KL in the reward, one-step-off and async rollouts (config.py)
     lora_why_not = None  # model.lora: TRL's GRPOTrainer(peft_config=...) trains the adapter (agentbridge_trl.trainer)
 
     def capabilities(self) -> Capabilities:
@@ -113,12 +116,12 @@ class TrlBackend(kit.Adapter):
         return submit_lines(draft.spec, ENTRY)
 
     def compile_notes(self, draft: kit.Draft) -> list[str]:
-        if draft.spec.model.lora is None:
-            return []
-        return ["model.lora: the warm start and the SFT-only control train every weight; GRPO then trains a new LoRA "
-                "adapter on the warm-started base, which is also the KL reference (TRL disables the adapter for it). "
-                "After RL the adapter is merged: RUN_DIR/model is a plain transformers model (model_info.json says "
-                "so), and RUN_DIR/trainer checkpoints hold the adapter only"]
+        notes = [] if draft.spec.model.lora is None else [
+            "model.lora: the warm start and the SFT-only control train every weight; GRPO then trains a new LoRA "
+            "adapter on the warm-started base, which is also the KL reference (TRL disables the adapter for it). "
+            "After RL the adapter is merged: RUN_DIR/model is a plain transformers model (model_info.json says "
+            "so), and RUN_DIR/trainer checkpoints hold the adapter only"]
+        return notes + is_correction_notes(draft.spec, draft.config)
 
     def resume_point(self, run_dir: Path, spec: Spec) -> Path:
         """The checkpoint ``agentbridge train --resume`` continues ``run_dir`` from (its newest); ValueError with one
@@ -127,6 +130,32 @@ class TrlBackend(kit.Adapter):
         from agentbridge_trl.resume import resume_point
 
         return resume_point(Path(run_dir), spec_hash(spec))
+
+
+def is_correction_notes(spec: Spec, config: dict[str, Any]) -> list[str]:
+    """What the job's importance-sampling correction does that ``algorithm.is_correction`` does not say: TRL computes
+    it only when it generates with vLLM (grpo_trainer.py ``_generate_and_score_completions``: ``if self.use_vllm
+    and self.vllm_importance_sampling_correction``), and with vLLM it applies GRPOConfig's default when the spec
+    sets none."""
+    settings = {**IS_DEFAULTS, **{k: v for k, v in config.items() if k in IS_DEFAULTS}}
+    if not settings["vllm_importance_sampling_correction"]:
+        return []
+    isc = spec.algorithm.is_correction
+    if not config.get("use_vllm"):
+        if isc is None:
+            return []
+        return [f"algorithm.is_correction: written as GRPOConfig vllm_importance_sampling_mode "
+                f"{settings['vllm_importance_sampling_mode']}, vllm_importance_sampling_clip_max "
+                f"{settings['vllm_importance_sampling_clip_max']}, but TRL computes the importance-sampling ratio "
+                "only when it generates with vLLM; this job generates with the training model (backend.options."
+                "use_vllm false), so no correction is applied"]
+    if isc is not None:
+        return []
+    return [f"algorithm.is_correction is null, yet TRL corrects vLLM's log-probs by default: GRPOConfig "
+            f"vllm_importance_sampling_mode {settings['vllm_importance_sampling_mode']}, "
+            f"vllm_importance_sampling_clip_max {settings['vllm_importance_sampling_clip_max']}; set "
+            "algorithm.is_correction to choose, or backend.overrides vllm_importance_sampling_correction: false "
+            "for none"]
 
 
 def _training_processes(spec: Spec) -> int:

@@ -42,6 +42,29 @@ LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_sum": "luspo", "seq_mean_tok
               "seq_mean_token_sum_norm": "dr_grpo"}
 
 
+# what TRL 1.16 cannot run of the recipe: field -> spec.recipe.recipe_key -> why (TrlBackend.recipe_why_not).
+# KL: GRPOTrainer._compute_loss adds beta x k3 (exp(ref - logp) - (ref - logp) - 1, grpo_trainer.py:3100) to the loss
+# and GRPOConfig has no estimator option; its advantages are the weighted rewards minus the group mean (:2785), no KL.
+# Rollout: _prepare_inputs generates each step's episodes with the current policy (:1541); the experimental
+# AsyncGRPOTrainer takes a rollout_worker and an external vLLM server, no rollout_func.
+_K3_ONLY = ("TRL 1.16's GRPOTrainer has one KL estimator, k3 in the loss (grpo_trainer.py _compute_loss); GRPOConfig "
+            "has no option for {}")
+_SYNC_ONLY = ("TRL 1.16's GRPOTrainer is synchronous (each step's episodes come from the current policy, "
+              "_prepare_inputs); its experimental AsyncGRPOTrainer takes no rollout_func, so agentbridge's driver "
+              "cannot run in it")
+RECIPE_WHY_NOT: dict[str, dict[str, str]] = {
+    "kl_estimator": {"k1": _K3_ONLY.format("k1"), "k2": _K3_ONLY.format("k2")},
+    "kl_in": {"reward": "TRL 1.16's GRPOTrainer puts the KL (beta) only in the loss: its advantages are the rewards "
+                        "minus their group's mean, with no KL penalty (grpo_trainer.py "
+                        "_generate_and_score_completions)"},
+    "rollout": {"one_step_off": _SYNC_ONLY, "async": _SYNC_ONLY, "async+partial": _SYNC_ONLY},
+}
+# GRPOConfig's importance-sampling defaults (grpo_config.py): what a vLLM job applies when algorithm.is_correction
+# is null
+IS_DEFAULTS = {"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "sequence_mask",
+               "vllm_importance_sampling_clip_max": 3.0}
+
+
 # GRPOConfig arguments that transformers renamed: the name written here -> the one releases before the rename take
 RENAMED = {"activation_checkpointing": "gradient_checkpointing",
            "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
@@ -181,6 +204,15 @@ def recipe_kwargs(spec: Spec) -> dict[str, Any]:
         kwargs["scale_rewards"] = algo.scale_advantages  # TRL's own names: group, batch, none
     if algo.epochs is not None:
         kwargs["num_iterations"] = algo.epochs  # each generation's updates repeated (mini-batches: batch_shape)
+    if algo.is_correction is not None:
+        # TRL's vLLM importance sampling: exp(old - sampling logps) per token or of the sequence's sum, clamped at
+        # clip_max (truncate) or 0 above it (mask), times each token's policy loss (grpo_trainer.py:2660, :3147); it
+        # is computed only when TRL generates with vLLM (TrlBackend.compile_notes says so on the other path)
+        isc = algo.is_correction
+        kwargs["vllm_importance_sampling_correction"] = True
+        kwargs["vllm_importance_sampling_mode"] = f"{isc.level}_{isc.mode}"  # TRL's own four names
+        kwargs["vllm_importance_sampling_clip_max"] = isc.cap
+        kwargs["vllm_importance_sampling_clip_min"] = None  # no lower bound: agentbridge's weights have none
     return kwargs
 
 

@@ -34,6 +34,8 @@ def semantics_of(config: Any) -> dict[str, str]:
         "loss aggregation": f"{LOSS_AGGREGATION.get(c.loss_type, c.loss_type)} · loss_type {c.loss_type}",
         "clip": f"({c.epsilon}, {high}) on {c.importance_sampling_level} ratios",
         "KL": f"k3 in the loss, coef {c.beta}" if c.beta else "none",
+        "IS correction": is_semantics(c),
+        "rollout mode": "sync · GRPOTrainer generates each step's episodes with the current policy",
         "group filtering": "none",
         "sampling": f"temperature {c.temperature}, top_p {c.top_p}, top_k {c.top_k or 'off'}",
         "lengths": f"completion {c.max_completion_length} tokens"
@@ -43,6 +45,21 @@ def semantics_of(config: Any) -> dict[str, str]:
         "batch": f"{c.per_device_train_batch_size // c.num_generations} prompts x {c.num_generations} samples · per "
                  f"device; {c.num_iterations} update(s) per generation, accumulation {c.gradient_accumulation_steps}",
     }
+
+
+def is_semantics(c: Any) -> str:
+    """The ``IS correction`` aspect of a GRPOConfig: TRL weights each token's policy loss by the vLLM importance
+    ratio (``<level> <truncate|mask>, cap C``) only when it generates with vLLM."""
+    mode, cap, low = c.vllm_importance_sampling_mode, c.vllm_importance_sampling_clip_max, \
+        c.vllm_importance_sampling_clip_min
+    own = f"vllm_importance_sampling_mode {mode}, _clip_max {cap}, _clip_min {low}"
+    if not c.vllm_importance_sampling_correction:
+        return "none · vllm_importance_sampling_correction false"
+    if not c.use_vllm:
+        return f"none · use_vllm false: TRL corrects only vLLM's log-probs ({own})"
+    level, _, kind = str(mode).partition("_")
+    bounds = ("no cap" if cap is None else f"cap {cap:g}") + ("" if low is None else f", floor {low:g}")
+    return f"{level} {kind}, {bounds} · {own}"
 
 
 @contextlib.contextmanager
