@@ -105,3 +105,17 @@ def overlong_penalty(response_tokens: int, max_tokens: int, buffer: int, penalty
         return 0.0
     return -penalty * min(response_tokens - start, buffer) / buffer
 
+
+def is_correction_words(level: str, mode: str, cap: float) -> str:
+    """The shared words of an IS correction in ``compare``'s "IS correction" aspect: ``token truncate, cap 2``
+    (every adapter's validator writes an importance-sampling correction with the spec's meaning this way)."""
+    return f"{level} {mode}, cap {cap:g}"
+
+
+def rollout_words(mode: str, max_staleness: int | None = None, partial: bool = False) -> str:
+    """The shared words of a rollout mode in ``compare``'s "rollout mode" aspect: ``sync``, ``one_step_off``,
+    ``async, max staleness 2, partial``."""
+    if mode != "async":
+        return mode
+    return "async" + (f", max staleness {max_staleness}" if max_staleness else "") + (", partial" if partial else "")
+

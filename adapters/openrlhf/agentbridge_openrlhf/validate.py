@@ -27,6 +27,7 @@ from typing import Any
 from agentbridge import adapter as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
+from agentbridge.spec.recipe import is_correction_words, rollout_words
 from agentbridge_openrlhf.config import OPENRLHF_PIN, OWNED
 
 
@@ -250,7 +251,7 @@ def _is_correction(f: Any) -> str:
         return "none · is_correction_level off"
     low, high = f("algo.advantage.is_correction_threshold")
     if level == "token" and gating == "ratio" and float(low) == 0 and f("actor.policy_loss_type") == "ppo":
-        shared = f"token, truncate at {high:g}" if mode == "clip" else f"token, mask above {high:g}"
+        shared = is_correction_words("token", "truncate" if mode == "clip" else "mask", float(high))
     else:  # OpenRLHF's own kinds (a band, a per-sequence gate, a divergence gate, gspo's ratio): its words
         shared = f"{level} {gating} {mode} in [{low:g}, {high:g}]"
     return (f"{shared} · is_correction_level {level}, _mode {mode}, _gating {gating}, _threshold {low:g} "
@@ -263,11 +264,11 @@ def _rollout_mode(f: Any) -> str:
     asynchronous, queue, partial = bool(f("train.async_enable")), f("train.async_queue_size"), \
         bool(f("train.partial_rollout_enable"))
     if not asynchronous:
-        shared = "sync"
+        shared = rollout_words("sync")
     elif queue == 1 and not partial:
-        shared = "one_step_off"
+        shared = rollout_words("one_step_off")
     else:
-        shared = f"async, max staleness {queue}" + (", partial" if partial else "")
+        shared = rollout_words("async", int(queue), partial)
     return f"{shared} · async_enable {asynchronous}, async_queue_size {queue}, partial_rollout_enable {partial}"
 
 

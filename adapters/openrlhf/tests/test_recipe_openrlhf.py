@@ -65,7 +65,7 @@ def test_token_is_correction_sets_openrlhfs_ratio_gate(sets: list[str], mode: st
     assert list(adv.is_correction_threshold) == [0.0, 3.0]
     assert policy_loss(args).is_correction_threshold == [0.0, 3.0]
     assert semantics_of(args)["IS correction"].split(" · ")[0] == \
-        ("token, truncate at 3" if mode == "clip" else "token, mask above 3")
+        ("token truncate, cap 3" if mode == "clip" else "token mask, cap 3")
 
 
 @pytest.mark.parametrize(("sets", "want"), [

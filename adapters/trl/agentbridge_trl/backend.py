@@ -135,27 +135,15 @@ class TrlBackend(kit.Adapter):
 def is_correction_notes(spec: Spec, config: dict[str, Any]) -> list[str]:
     """What the job's importance-sampling correction does that ``algorithm.is_correction`` does not say: TRL computes
     it only when it generates with vLLM (grpo_trainer.py ``_generate_and_score_completions``: ``if self.use_vllm
-    and self.vllm_importance_sampling_correction``), and with vLLM it applies GRPOConfig's default when the spec
-    sets none."""
+    and self.vllm_importance_sampling_correction``)."""
     settings = {**IS_DEFAULTS, **{k: v for k, v in config.items() if k in IS_DEFAULTS}}
-    if not settings["vllm_importance_sampling_correction"]:
+    if not settings["vllm_importance_sampling_correction"] or config.get("use_vllm"):
         return []
-    isc = spec.algorithm.is_correction
-    if not config.get("use_vllm"):
-        if isc is None:
-            return []
-        return [f"algorithm.is_correction: written as GRPOConfig vllm_importance_sampling_mode "
-                f"{settings['vllm_importance_sampling_mode']}, vllm_importance_sampling_clip_max "
-                f"{settings['vllm_importance_sampling_clip_max']}, but TRL computes the importance-sampling ratio "
-                "only when it generates with vLLM; this job generates with the training model (backend.options."
-                "use_vllm false), so no correction is applied"]
-    if isc is not None:
-        return []
-    return [f"algorithm.is_correction is null, yet TRL corrects vLLM's log-probs by default: GRPOConfig "
-            f"vllm_importance_sampling_mode {settings['vllm_importance_sampling_mode']}, "
-            f"vllm_importance_sampling_clip_max {settings['vllm_importance_sampling_clip_max']}; set "
-            "algorithm.is_correction to choose, or backend.overrides vllm_importance_sampling_correction: false "
-            "for none"]
+    return [f"algorithm.is_correction: written as GRPOConfig vllm_importance_sampling_mode "
+            f"{settings['vllm_importance_sampling_mode']}, vllm_importance_sampling_clip_max "
+            f"{settings['vllm_importance_sampling_clip_max']}, but TRL computes the importance-sampling ratio "
+            "only when it generates with vLLM; this job generates with the training model (backend.options."
+            "use_vllm false), so no correction is applied"]
 
 
 def _training_processes(spec: Spec) -> int:

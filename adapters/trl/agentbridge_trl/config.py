@@ -213,6 +213,8 @@ def recipe_kwargs(spec: Spec) -> dict[str, Any]:
         kwargs["vllm_importance_sampling_mode"] = f"{isc.level}_{isc.mode}"  # TRL's own four names
         kwargs["vllm_importance_sampling_clip_max"] = isc.cap
         kwargs["vllm_importance_sampling_clip_min"] = None  # no lower bound: agentbridge's weights have none
+    else:  # null means no correction on every backend; GRPOConfig's default would apply sequence_mask at 3.0
+        kwargs["vllm_importance_sampling_correction"] = False
     return kwargs
 
 

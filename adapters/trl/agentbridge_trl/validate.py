@@ -17,6 +17,7 @@ from unittest.mock import patch
 from agentbridge import adapter as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
+from agentbridge.spec.recipe import is_correction_words, rollout_words
 
 LOSS_AGGREGATION = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean over the local batch",
                     "dr_grpo": "seq-mean-token-sum-norm (max_completion_length)"}
@@ -35,7 +36,7 @@ def semantics_of(config: Any) -> dict[str, str]:
         "clip": f"({c.epsilon}, {high}) on {c.importance_sampling_level} ratios",
         "KL": f"k3 in the loss, coef {c.beta}" if c.beta else "none",
         "IS correction": is_semantics(c),
-        "rollout mode": "sync · GRPOTrainer generates each step's episodes with the current policy",
+        "rollout mode": f"{rollout_words('sync')} · GRPOTrainer generates each step's episodes with the current policy",
         "group filtering": "none",
         "sampling": f"temperature {c.temperature}, top_p {c.top_p}, top_k {c.top_k or 'off'}",
         "lengths": f"completion {c.max_completion_length} tokens"
@@ -58,6 +59,8 @@ def is_semantics(c: Any) -> str:
     if not c.use_vllm:
         return f"none · use_vllm false: TRL corrects only vLLM's log-probs ({own})"
     level, _, kind = str(mode).partition("_")
+    if cap is not None and low is None:
+        return f"{is_correction_words(level, kind, float(cap))} · {own}"
     bounds = ("no cap" if cap is None else f"cap {cap:g}") + ("" if low is None else f", floor {low:g}")
     return f"{level} {kind}, {bounds} · {own}"
 

@@ -50,8 +50,9 @@ def test_is_correction_reaches_grpo_configs_own_settings(tmp_path: Path, small_s
     assert config.vllm_importance_sampling_correction is True and config.vllm_importance_sampling_clip_min is None
 
 
-def test_unset_is_correction_writes_none_of_trls_is_settings(tmp_path: Path, small_sets: list[str]) -> None:
-    assert not set(IS_KEYS) & set(grpo_config(compile_job(tmp_path, small_sets)))
+def test_unset_is_correction_switches_trls_off(tmp_path: Path, small_sets: list[str]) -> None:
+    config = grpo_config(compile_job(tmp_path, small_sets))
+    assert {k: config[k] for k in IS_KEYS if k in config} == {"vllm_importance_sampling_correction": False}
 
 
 def test_explicit_k3_in_the_loss_and_sync_rollouts_compile_as_the_preset(tmp_path: Path,
@@ -110,15 +111,17 @@ def test_a_cpu_job_notes_that_trl_applies_no_is_correction(tmp_path: Path, small
     assert is_notes(compile_job(tmp_path / "none", small_sets)) == []
 
 
-def test_a_vllm_job_notes_trls_default_correction_unless_the_spec_chooses(tmp_path: Path,
-                                                                         small_sets: list[str]) -> None:
-    [note] = is_notes(compile_job(tmp_path / "default", small_sets, *VLLM))
-    assert note.startswith("algorithm.is_correction is null") and "sequence_mask" in note and "3.0" in note
+def test_null_is_no_correction_on_a_vllm_job_too(tmp_path: Path, small_sets: list[str]) -> None:
+    """``is_correction: null`` means none on every backend: TRL's own default (sequence_mask at 3.0 with vLLM) is
+    switched off, and only an explicit value or a backend override turns it on."""
+    default = compile_job(tmp_path / "default", small_sets, *VLLM)
+    assert grpo_config(default)["vllm_importance_sampling_correction"] is False and is_notes(default) == []
     chosen = compile_job(tmp_path / "chosen", small_sets, *VLLM, "algorithm.is_correction.mode=mask")
     assert is_notes(chosen) == [] and grpo_config(chosen)["vllm_importance_sampling_mode"] == "token_mask"
-    off = compile_job(tmp_path / "off", small_sets, *VLLM,
-                      "backend.overrides={vllm_importance_sampling_correction: false}")
-    assert is_notes(off) == []
+    assert grpo_config(chosen)["vllm_importance_sampling_correction"] is True
+    own = compile_job(tmp_path / "own", small_sets, *VLLM,
+                      "backend.overrides={vllm_importance_sampling_correction: true}")
+    assert grpo_config(own)["vllm_importance_sampling_correction"] is True
 
 
 @pytest.mark.parametrize("case", ["is_token_mask", "is_sequence_truncate"])
@@ -152,11 +155,11 @@ def test_trl_weights_the_loss_only_on_a_vllm_trainer(tmp_path: Path, case: str) 
 @pytest.mark.parametrize("sets, want", [
     ((), "none"),                                                                 # CPU: TRL corrects only vLLM's
     (("algorithm.is_correction.level=token",), "none"),
-    (VLLM, "sequence mask, cap 3"),                                               # TRL's default with vLLM
+    (VLLM, "none"),                                                               # null: none, vLLM or not
     ((*VLLM, "algorithm.is_correction.level=token"), "token truncate, cap 2"),
     ((*VLLM, "algorithm.is_correction.level=sequence", "algorithm.is_correction.mode=mask",
       "algorithm.is_correction.cap=1.5"), "sequence mask, cap 1.5"),
-    ((*VLLM, "backend.overrides={vllm_importance_sampling_correction: false}"), "none"),
+    ((*VLLM, "backend.overrides={vllm_importance_sampling_correction: true}"), "sequence mask, cap 3"),
 ])
 def test_semantics_say_what_trls_is_correction_does(tmp_path: Path, small_sets: list[str], sets: tuple[str, ...],
                                                    want: str) -> None:
