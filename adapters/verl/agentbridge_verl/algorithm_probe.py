@@ -2,12 +2,18 @@
 by the compiled job's trainer config (``main_ppo``'s Hydra compose of the job directory).
 
 Real: the composed ``algorithm`` and ``actor`` configs (``AlgoConfig``, ``ActorConfig`` via veRL's
-``omega_conf_to_dataclass``), ``get_adv_estimator_fn`` with the arguments ``compute_advantage`` passes,
-``get_policy_loss_fn(loss_mode)``, ``kl_penalty`` and ``agg_loss`` as ``dp_actor`` calls them. The batch is padded to
-the job's ``data.max_response_length``, as the trainer pads every response. The groups kept are those the V1
-trainer's ``ReplayBuffer`` does not evict (``_dapo_filtered_keys`` under the job's ``algorithm.filter_groups``), the
-golden batch's rewards standing in for the ``rm_scores`` it reads from TransferQueue. Not run: the trainer loop (it
-needs GPU workers).
+``omega_conf_to_dataclass``); the V1 trainer's ``_compute_advantage`` steps in its order on a ``DataProto`` of the
+batch: ``ray_trainer.apply_kl_penalty`` with ``core_algos.get_kl_controller(algorithm.kl_ctrl)`` when
+``algorithm.use_kl_in_reward`` (the old log-probs against the reference's), then
+``rollout_corr_helper.compute_rollout_correction_and_add_to_batch`` with ``algorithm.rollout_correction`` (the golden
+batch's ``rollout_logp`` as the rollout's ``rollout_log_probs``, its ``old_logp`` as the trainer's
+``old_log_probs``), then ``get_adv_estimator_fn`` with the arguments ``compute_advantage`` passes; the policy loss
+as ``workers.utils.losses.ppo_loss`` calls it: ``get_policy_loss_fn(loss_mode)`` with the batch's
+``rollout_is_weights`` and (rejection-sampled) ``response_mask``, ``kl_penalty`` and ``agg_loss`` for the KL loss.
+The batch is padded to the job's ``data.max_response_length``, as the trainer pads every response. The groups kept
+are those the V1 trainer's ``ReplayBuffer`` does not evict (``_dapo_filtered_keys`` under the job's
+``algorithm.filter_groups``), the golden batch's rewards standing in for the ``rm_scores`` it reads from
+TransferQueue. Not run: the trainer loop (it needs GPU workers).
 """
 
 from __future__ import annotations
@@ -38,7 +44,10 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     """The algorithm quantities veRL computes for ``batch`` under the job in ``job`` (see the core's module)."""
     import numpy as np
     import torch
+    from verl import DataProto
     from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.ray_trainer import apply_kl_penalty
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
     from verl.utils.config import omega_conf_to_dataclass
 
     from agentbridge.conformance.algorithms import Recipe, reference_advantages
@@ -56,10 +65,19 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     scores = torch.zeros_like(mask)
     last = width - 1 - torch.fliplr(t["mask"]).argmax(dim=1)
     scores[torch.arange(len(scores)), last] = t["rewards"]
-    rewards = scores
-    if cfg.algorithm.use_kl_in_reward:  # ray_trainer.apply_kl_penalty
-        kld = core_algos.kl_penalty(t["old_logp"], t["ref_logp"], kl_penalty=cfg.algorithm.kl_penalty) * mask
-        rewards = scores - float(cfg.algorithm.kl_ctrl.kl_coef) * kld
+    # the V1 trainer's _compute_advantage: KL in the reward, the rollout correction, then the advantage
+    data = DataProto.from_dict(tensors={
+        "response_mask": mask, "token_level_scores": scores, "old_log_probs": t["old_logp"],
+        "ref_log_prob": t["ref_logp"], "rollout_log_probs": t["rollout_logp"]}, non_tensors={"uid": index})
+    if cfg.algorithm.use_kl_in_reward:
+        data, _ = apply_kl_penalty(data, kl_ctrl=core_algos.get_kl_controller(cfg.algorithm.kl_ctrl),
+                                   kl_penalty=cfg.algorithm.kl_penalty)
+    else:
+        data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+    rollout_correction = cfg.algorithm.get("rollout_correction", None)
+    if rollout_correction is not None and not rollout_correction.get("bypass_mode", False):
+        data, _ = compute_rollout_correction_and_add_to_batch(data, rollout_correction)
+    mask, rewards = data.batch["response_mask"], data.batch["token_level_rewards"]
     fn = core_algos.get_adv_estimator_fn(estimator)
     if estimator == "gae":
         adv, _ = fn(token_level_rewards=rewards, values=t["values"], response_mask=mask,
@@ -78,12 +96,13 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
                                    spec.algorithm.kl_coef,
                                    Recipe.of(spec.algorithm)).float()
     loss, metrics = core_algos.get_policy_loss_fn(loss_mode)(
-        old_log_prob=t["old_logp"], log_prob=t["logp"], advantages=ref_adv, response_mask=mask,
-        loss_agg_mode=mode, config=actor)
+        old_log_prob=t["old_logp"], log_prob=t["logp"], advantages=ref_adv, response_mask=mask.bool(),
+        loss_agg_mode=mode, config=actor, rollout_is_weights=data.batch.get("rollout_is_weights", None))
     kl = 0.0
     if actor_cfg.use_kl_loss:
         kld = core_algos.kl_penalty(logprob=t["logp"], ref_logprob=t["ref_logp"], kl_penalty=actor_cfg.kl_loss_type)
-        kl = float(core_algos.agg_loss(loss_mat=kld, loss_mask=mask, loss_agg_mode=mode)) * actor_cfg.kl_loss_coef
+        kl = float(core_algos.agg_loss(loss_mat=kld, loss_mask=mask.bool(), loss_agg_mode=mode)) \
+            * actor_cfg.kl_loss_coef
     n = len(batch.mask[0])
     return {"advantages": (adv * mask)[:, :n].tolist(), "loss": float(loss),
             "clip_fraction": float(metrics["actor/pg_clipfrac"]), "kl": kl,

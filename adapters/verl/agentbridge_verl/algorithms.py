@@ -65,6 +65,13 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
 LOSS_AGG_MODES = {"token_mean": "token-mean", "seq_mean_token_sum": "seq-mean-token-sum",
                   "seq_mean_token_mean": "seq-mean-token-mean", "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}
 
+# algorithm.kl_estimator -> veRL's name for it (core_algos.kl_penalty_forward: "kl"/"k1", "mse"/"k2", "low_var_kl"/"k3";
+# the config documents the first of each pair)
+KL_PENALTIES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
+# IcePop's lower bound for is_correction mode mask: below exp(-20), the smallest IS weight veRL forms
+# (rollout_corr_helper.SAFETY_BOUND clamps the log-ratio), so no weight is zeroed for being small
+IS_MASK_FLOOR = 1e-9
+
 # algorithms whose advantage is computed within a group of samples of one prompt
 GROUPED = {"grpo", "dr_grpo", "dapo", "gspo", "rloo"}
 

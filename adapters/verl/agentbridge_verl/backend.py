@@ -44,8 +44,15 @@ class VerlBackend(kit.Adapter):
 
     name, label, module, version, pin = "verl", "veRL", "verl", __version__, VERL_PIN
     algorithms, grouped, known_options = ALGORITHMS, frozenset(GROUPED), dict.fromkeys(OPTIONS)
-    recipe_why_not = {"scale_advantages": {"batch": "veRL 0.9.1's grpo advantage divides by the group's std or by "
-                                                    "nothing (norm_adv_by_std_in_grpo); it has no batch std"}}
+    recipe_why_not = {
+        "scale_advantages": {"batch": "veRL 0.9.1's grpo advantage divides by the group's std or by nothing "
+                                      "(norm_adv_by_std_in_grpo); it has no batch std"},
+        "rollout": {
+            "one_step_off": "veRL 0.9.1 runs one-step-off-policy training only from its experimental recipe entry "
+                            "(verl.experimental.one_step_off_policy.main_ppo), not main_ppo's V1 trainer the job runs",
+            "async": "veRL 0.9.1's async V1 trainer (trainer.v1.trainer_mode colocate_async) always resumes a "
+                     "generation a weight update cuts, with the new weights: set rollout.partial true"},
+    }
     lora_why_not = None
     validator, conformance_module = "agentbridge_verl.validate", "agentbridge_verl.conformance"
     algorithm_probe = "agentbridge_verl.algorithm_probe"  # the training-math conformance
@@ -81,6 +88,11 @@ class VerlBackend(kit.Adapter):
             problems.append(Problem("algorithm.credit", "turn credit reaches veRL through its V1 trainer's "
                                     "per-token rm_scores; backend.overrides turns the V1 trainer off "
                                     "(trainer.use_v1), whose legacy trainer keeps one reward per episode"))
+        rollout = spec.algorithm.rollout
+        if rollout is not None and rollout.mode != "sync" and not _v1_trainer(spec):
+            problems.append(Problem("algorithm.rollout", f"rollout mode {rollout.mode} is veRL's V1 trainer's "
+                                    "trainer.v1.trainer_mode; backend.overrides turns the V1 trainer off "
+                                    "(trainer.use_v1), whose legacy trainer is synchronous"))
         return problems
 
     def write_data(self, draft: kit.Draft) -> None:

@@ -10,9 +10,15 @@ from typing import Any
 
 from agentbridge.adapter import flatten, set_dotted
 from agentbridge.reward_model import RewardModelArgs, backend_served
-from agentbridge.spec.recipe import clip_range, dual_clip
+from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
 from agentbridge.spec.schema import Spec
-from agentbridge_verl.algorithms import ALGORITHMS, LOSS_AGG_MODES, needs_critic
+from agentbridge_verl.algorithms import (
+    ALGORITHMS,
+    IS_MASK_FLOOR,
+    KL_PENALTIES,
+    LOSS_AGG_MODES,
+    needs_critic,
+)
 
 BACKEND = "verl"
 AGENT_NAME = "agentbridge"
@@ -159,11 +165,68 @@ def recipe_settings(spec: Spec) -> dict[str, Any]:
         out[actor + "ppo_epochs"] = algo.epochs
     if algo.mini_batches is not None:  # in prompts: veRL multiplies by rollout.n
         out[actor + "ppo_mini_batch_size"] = algo.batch_size // algo.mini_batches
+    if algo.kl_estimator is not None or algo.kl_in is not None:  # both need kl_coef > 0 (the spec says so)
+        out.update(kl_settings(spec))
+    out.update(is_correction_settings(spec))
+    out.update(rollout_settings(spec))
     lora = spec.model.lora
     if lora is not None:  # FSDP's LoRA; the reference log-probs run with the adapter disabled: the base model
         out.update({"actor_rollout_ref.model.lora_rank": lora.rank,
                     "actor_rollout_ref.model.lora_alpha": lora.scaling_alpha(),
                     "actor_rollout_ref.model.target_modules": lora.target_modules})
+    return out
+
+
+def kl_settings(spec: Spec) -> dict[str, Any]:
+    """veRL keys of the KL term (``spec.recipe.kl_setting``: the explicit estimator and place, else the preset's):
+    in the loss, ``actor.kl_loss_type`` (``dp_actor``'s / ``losses.ppo_loss``'s ``kl_penalty``); in the reward,
+    ``algorithm.use_kl_in_reward`` with ``kl_penalty`` and a fixed ``kl_ctrl.kl_coef`` (``ray_trainer.apply_kl_penalty``
+    on the old log-probs, before the advantage), and no KL loss."""
+    algo, actor = spec.algorithm, "actor_rollout_ref.actor."
+    estimator, where = kl_setting(algo)
+    if where == "loss":
+        return {actor + "use_kl_loss": True, actor + "kl_loss_type": KL_PENALTIES[estimator],
+                actor + "kl_loss_coef": algo.kl_coef, "algorithm.use_kl_in_reward": False}
+    return {actor + "use_kl_loss": False, "algorithm.use_kl_in_reward": True,
+            "algorithm.kl_penalty": KL_PENALTIES[estimator], "algorithm.kl_ctrl.type": "fixed",
+            "algorithm.kl_ctrl.kl_coef": algo.kl_coef}
+
+
+def is_correction_settings(spec: Spec) -> dict[str, Any]:
+    """veRL's rollout correction (``algorithm.rollout_correction``, decoupled mode: the trainer's old log-probs
+    against the rollout's ``rollout_log_probs``) for ``algorithm.is_correction``; none when it is null.
+
+    truncate: ``rollout_is_threshold`` = cap (TIS: ``clamp(max=cap)``). mask: IcePop's ``"lower_upper"`` threshold,
+    which zeroes a weight outside [lower, cap]; the lower bound is :data:`IS_MASK_FLOOR`, below the smallest weight
+    veRL forms (it clamps the log-ratio at -20), so only weights above cap are zeroed. No rejection sampling
+    (``rollout_rs``: it would drop tokens from the loss's denominator) and no batch normalisation of the weights.
+    """
+    isc = spec.algorithm.is_correction
+    if isc is None:
+        return {}
+    rc = "algorithm.rollout_correction."
+    threshold: float | str = isc.cap if isc.mode == "truncate" else f"{IS_MASK_FLOOR}_{isc.cap}"
+    return {rc + "rollout_is": isc.level, rc + "rollout_is_threshold": threshold, rc + "rollout_rs": None,
+            rc + "rollout_is_batch_normalize": False, rc + "bypass_mode": False}
+
+
+def rollout_settings(spec: Spec) -> dict[str, Any]:
+    """veRL's V1 trainer mode for ``algorithm.rollout``: sync, or ``colocate_async`` for async with partial rollouts
+    (its ``FullyAsyncLLMServerClient`` resumes a generation cut by a weight update with the new weights), the
+    staleness as ``trainer.v1.sampler.max_off_policy_threshold``: the model versions a trajectory may span, the
+    version it trains on included (its prompt's step to the training step, plus one), so ``max_staleness + 1``;
+    trajectories past it are dropped. one_step_off and async without partial are refused
+    (``VerlBackend.recipe_why_not``)."""
+    rollout = spec.algorithm.rollout
+    if rollout is None:
+        return {}
+    v1 = "trainer.v1."
+    if rollout.mode == "sync":
+        return {v1 + "trainer_mode": "sync"}
+    out: dict[str, Any] = {v1 + "trainer_mode": "colocate_async"}
+    if rollout.max_staleness is not None:
+        out.update({v1 + "sampler.max_off_policy_threshold": rollout.max_staleness + 1,
+                    v1 + "sampler.max_off_policy_strategy": "drop"})
     return out
 
 

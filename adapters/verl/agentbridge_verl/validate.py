@@ -14,6 +14,7 @@ import contextlib
 import copy
 import importlib.util
 import io
+import math
 import os
 import sys
 import warnings
@@ -25,6 +26,7 @@ import yaml
 from agentbridge import adapter as kit
 from agentbridge.backends import Problem
 from agentbridge.spec import Spec
+from agentbridge.spec.recipe import is_correction_words, rollout_words
 from agentbridge_verl import VERL_PIN
 from agentbridge_verl.config import (
     AGENT_LOOP_FILE,
@@ -202,10 +204,15 @@ def transfer_queue_version() -> str | None:
 
 
 def _trainer_path(cfg: Any) -> list[Problem]:
-    """The V1 trainer (``trainer.use_v1``, veRL's default) keeps rollouts in TransferQueue: it must be installed."""
+    """The V1 trainer (``trainer.use_v1``, veRL's default) keeps rollouts in TransferQueue: it must be installed;
+    its ``trainer.v1.trainer_mode`` must name one of its trainers (the legacy trainer has no async mode)."""
     from packaging.version import Version
 
+    mode = (cfg.trainer.get("v1") or {}).get("trainer_mode", "sync")
     if not cfg.trainer.get("use_v1", True):
+        if mode != "sync":
+            return [Problem("trainer.v1.trainer_mode", f"{mode} is a V1 trainer mode; trainer.use_v1 false runs the "
+                            "legacy trainer, which is synchronous")]
         if (cfg.algorithm.get("filter_groups") or {}).get("enable", False):  # dapo's dynamic sampling
             return [Problem("trainer.use_v1", "algorithm.filter_groups (DAPO's dynamic sampling) runs in veRL's V1 "
                             "trainer only; the legacy trainer would train on every group without a word")]
@@ -221,6 +228,13 @@ def _trainer_path(cfg: Any) -> list[Problem]:
     if Version(version) < Version(TRANSFER_QUEUE_MIN):
         return [Problem("trainer.use_v1", f"veRL's V1 trainer needs TransferQueue>={TRANSFER_QUEUE_MIN}, "
                         f"{version} is installed; {fix}")]
+    if mode != "sync":  # main_ppo picks the trainer class by this name (sync: the default, always there)
+        from verl.trainer.ppo.v1 import get_trainer_cls
+
+        try:
+            get_trainer_cls(mode)
+        except Exception as e:  # noqa: BLE001
+            return [Problem("trainer.v1.trainer_mode", f"veRL {VERL_PIN} has no such trainer: {_first_line(e)}")]
     return []
 
 
@@ -412,6 +426,8 @@ def semantics_of(cfg: Any) -> dict[str, str]:
         "clip": f"({actor.clip_ratio_low}, {actor.clip_ratio_high}) on {level} ratios · "
                 f"loss_mode {actor.policy_loss.loss_mode}",
         "KL": "; ".join(kl) or "none",
+        "IS correction": _is_semantics(a.get("rollout_correction")),
+        "rollout mode": _rollout_semantics(cfg),
         "group filtering": "groups with equal rewards dropped" if a.filter_groups.get("enable") else "none",
         "sampling": f"temperature {r.temperature}, top_p {r.top_p}, top_k {r.top_k if r.top_k > 0 else 'off'}",
         "lengths": f"prompt {cfg.data.max_prompt_length}, response {cfg.data.max_response_length} tokens",
@@ -420,6 +436,78 @@ def semantics_of(cfg: Any) -> dict[str, str]:
         "batch": f"{cfg.data.train_batch_size} prompts x {r.n} samples · mini-batch {actor.ppo_mini_batch_size} "
                  f"prompts, {actor.ppo_epochs} epoch(s)",
     }
+
+
+def _is_semantics(rc: Any) -> str:
+    """The ``IS correction`` aspect of ``algorithm.rollout_correction`` (decoupled mode: the trainer's old log-probs
+    against the rollout's): ``<level> truncate|mask, cap C`` (mask: IcePop's zeroing, with its lower bound when it
+    can bite), rejection sampling and batch normalisation when set."""
+    from verl.trainer.ppo.rollout_corr_helper import SAFETY_BOUND, _parse_rollout_is_threshold
+
+    if rc is None or (rc.get("rollout_is") is None and rc.get("rollout_rs") is None):
+        return "none · rollout_correction.rollout_is null"
+    parts, own = [], []
+    if rc.get("rollout_is") is not None:
+        threshold = rc.get("rollout_is_threshold", 2.0)
+        try:
+            upper, lower = _parse_rollout_is_threshold(threshold)
+        except (TypeError, ValueError):  # veRL rejects it: _rollout_correction says why
+            parts.append(f"{rc.rollout_is}, threshold {threshold} (rejected)")
+        else:
+            # no weight veRL forms is below exp(-SAFETY_BOUND): a lower bound under it never bites
+            low = "" if lower is None or lower < math.exp(-SAFETY_BOUND) else f" or below {lower:g}"
+            parts.append(is_correction_words(rc.rollout_is, "truncate" if lower is None else "mask", upper) + low)
+        if rc.get("rollout_is_batch_normalize", False):
+            parts[-1] += ", normalised to mean 1"
+        own.append(f"rollout_is {rc.rollout_is}, rollout_is_threshold {threshold}")
+    if rc.get("rollout_rs") is not None:
+        parts.append(f"rejection {rc.rollout_rs} at {rc.get('rollout_rs_threshold')}")
+        own.append(f"rollout_rs {rc.rollout_rs}")
+    if rc.get("bypass_mode", False):
+        parts.append("against the rollout's log-probs (bypass)")
+        own.append("bypass_mode")
+    return "; ".join(parts) + " · " + ", ".join(own)
+
+
+def _rollout_semantics(cfg: Any) -> str:
+    """The ``rollout mode`` aspect: veRL's V1 trainer mode (the legacy trainer is synchronous); an async mode's
+    staleness is ``max_off_policy_threshold`` - 1 (the threshold counts the versions a trajectory spans)."""
+    if not cfg.trainer.get("use_v1", True):
+        return f"{rollout_words('sync')} · legacy trainer (trainer.use_v1 false)"
+    v1 = cfg.trainer.v1
+    mode = v1.get("trainer_mode", "sync")
+    if mode == "sync":
+        return f"{rollout_words('sync')} · trainer.v1.trainer_mode sync"
+    sampler = v1.get("sampler") or {}
+    threshold = sampler.get("max_off_policy_threshold")  # null: no bound
+    words = rollout_words("async", None if threshold is None else int(threshold) - 1, partial=True)
+    return f"{words} · trainer.v1.trainer_mode {mode}, max_off_policy_threshold {threshold}, " \
+           f"{sampler.get('max_off_policy_strategy', 'drop')}"
+
+
+def _rollout_correction(cfg: Any) -> list[Problem]:
+    """``algorithm.rollout_correction`` as veRL's trainer applies it: its helper accepts the level and thresholds (run
+    on one token), and the rollout returns the log-probs it reads (without ``rollout_log_probs`` the trainer skips
+    the correction without a word)."""
+    import torch
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    rc, where = cfg.algorithm.get("rollout_correction"), "algorithm.rollout_correction"
+    if rc is None or (rc.get("rollout_is") is None and rc.get("rollout_rs") is None):
+        return []
+    zero = torch.zeros(1, 1)
+    try:
+        compute_rollout_correction_and_rejection_mask(
+            zero, zero, torch.ones(1, 1), rollout_is=rc.get("rollout_is"),
+            rollout_is_threshold=rc.get("rollout_is_threshold", 2.0),
+            rollout_is_batch_normalize=rc.get("rollout_is_batch_normalize", False),
+            rollout_rs=rc.get("rollout_rs"), rollout_rs_threshold=rc.get("rollout_rs_threshold"))
+    except Exception as e:  # noqa: BLE001
+        return [Problem(where, f"veRL rejects it: {_first_line(e)}")]
+    if not rc.get("bypass_mode", False) and not cfg.actor_rollout_ref.rollout.get("calculate_log_probs", False):
+        return [Problem("actor_rollout_ref.rollout.calculate_log_probs", "must be true: veRL's trainer applies "
+                        f"{where} only to a batch with the rollout's log-probs, and skips it without them")]
+    return []
 
 
 def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: dict[str, str]) -> list[Problem]:
@@ -470,6 +558,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
     if start.tokenizer is None:
         skipped.append("actor_rollout_ref.model: veRL's model config reads the model's files; not built here")
     problems += _dataclasses(cfg, model_files=start.tokenizer is not None) + _algorithm(cfg) + _reward(cfg)
+    problems += _rollout_correction(cfg)
     problems += _reward_model(cfg, spec, skipped)
     problems += _agent_loop(job_dir, cfg) + _trainer_path(cfg) + _attention(cfg, spec, skipped)
     agent, agent_problems = kit.agent_check(spec, start.tokenizer)
