@@ -439,11 +439,14 @@ def documented(backend: Any, name: str, kl_coef: float | None = None) -> dict[st
             if not (d.kl_only and kl_coef is not None and kl_coef <= 0)}
 
 
-def difference_lines(backend: Any, name: str, kl_coef: float | None = None) -> list[str]:
+def difference_lines(backend: Any, name: str, kl_coef: float | None = None, *, kl_chosen: bool = False) -> list[str]:
     """One line per documented difference in what training computes (logged metrics left out), for ``validate``
-    and the job manifest."""
+    and the job manifest; ``kl_chosen``: the spec sets its KL estimator or placement itself, so the differences
+    that appear only with the preset's KL on are left out."""
+    kl_only = {q for q, d in declared_differences(backend, name).items() if d.kl_only} if kl_chosen else set()
     return [f"algorithm {name} on {backend.name}: {quantity} differs from agentbridge's reference: {why}"
-            for quantity, why in documented(backend, name, kl_coef).items() if quantity not in METRICS]
+            for quantity, why in documented(backend, name, kl_coef).items()
+            if quantity not in METRICS and quantity not in kl_only]
 
 
 def matching_recipe_cases(algo: Any) -> list[str]:
@@ -475,9 +478,11 @@ def _same_knob(name: str, case: Any, spec: Any) -> bool:
 
 def spec_differences(backend: Any, algo: Any) -> list[str]:
     """One line per documented difference of a spec's ``algorithm`` on ``backend``: its algorithm's
-    (:func:`difference_lines`), then those pinned for each recipe case the spec matches (measured on grpo), for
-    ``validate`` and the job manifest."""
-    lines = difference_lines(backend, algo.name, algo.kl_coef)
+    (:func:`difference_lines`; those that appear only with KL on left out where the spec sets ``kl_estimator`` or
+    ``kl_in`` itself), then those pinned for each recipe case the spec matches (measured on grpo), for ``validate``
+    and the job manifest."""
+    lines = difference_lines(backend, algo.name, algo.kl_coef,
+                             kl_chosen=algo.kl_estimator is not None or algo.kl_in is not None)
     for case in matching_recipe_cases(algo):
         label = RECIPE_CASES[case][0]
         lines += [f"recipe {label} on {backend.name} (measured on {RECIPE_ALGORITHM}): {quantity} differs from "
