@@ -158,3 +158,18 @@ def test_validate_warns_of_the_recipe_pins_a_spec_meets(monkeypatch: pytest.Monk
     assert on == ["recipe kl_in=reward, k1 (KL 0.05) on pinned (measured on grpo): advantages differs from "
                   "agentbridge's reference: returns from each token on"]
     assert off == []
+
+
+def test_a_spec_that_chooses_its_kl_drops_the_presets_kl_only_pins(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbridge.conformance import algorithms
+
+    class Pinned:
+        name = "pinned"
+
+    table = {"reinforce_pp": {"kl": algorithms.Documented("k3 in the loss", None, 0.01),
+                              "advantages": algorithms.Documented("unbiased whitening", 0.1, 0.1)}}
+    monkeypatch.setattr(algorithms, "declared_differences", lambda backend, name: dict(table.get(name, {})))
+    preset = algorithms.spec_differences(Pinned(), _spec(name="reinforce_pp", kl_coef=0.05).algorithm)
+    chosen = algorithms.spec_differences(Pinned(), _spec(name="reinforce_pp", kl_coef=0.05, kl_in="reward").algorithm)
+    assert [line.split(": ")[1].split()[0] for line in preset] == ["kl", "advantages"]
+    assert [line.split(": ")[1].split()[0] for line in chosen] == ["advantages"]
