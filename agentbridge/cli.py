@@ -146,9 +146,9 @@ def validate(spec_path: str, backend: str | None, sets: tuple[str, ...]) -> None
     for line in scale_warnings(spec):
         click.echo(f"warning: {spec_path}: {line}", err=True)
     if name in plugins.backends:  # what this backend's training math does differently (algorithm conformance)
-        from agentbridge.conformance.algorithms import difference_lines
+        from agentbridge.conformance.algorithms import spec_differences
 
-        for line in difference_lines(plugins.backends.get(name), spec.algorithm.name, spec.algorithm.kl_coef):
+        for line in spec_differences(plugins.backends.get(name), spec.algorithm):
             click.echo(f"warning: {spec_path}: {line}", err=True)
     click.echo(f"ok: {spec_path} ({spec.name}; backend {name})")
 
@@ -197,11 +197,18 @@ def _make_policy(kind: str, agent: Any) -> Any:
               help="Episodes in flight at once.")
 @click.option("--max-tool-failure-rate", type=click.FloatRange(0, 1), default=None, metavar="RATE",
               help="Exit 1 when more than this share of tool calls failed (above 0.2 a warning is printed anyway).")
+@click.option("--record", "record", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Record every environment output and reward score into DIR (environment.record), for --replay.")
+@click.option("--replay", "replay", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Serve environment outputs and reward scores recorded in DIR instead of the live environment "
+                   "(environment.replay); with --policy scripted the recorded actions are played.")
 @set_option
 @user_errors
 def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, split: str, concurrency: int,
-            max_tool_failure_rate: float | None, sets: tuple[str, ...]) -> None:
-    """Run episodes without training; write trajectories as JSONL and print a summary."""
+            max_tool_failure_rate: float | None, record: str | None, replay: str | None,
+            sets: tuple[str, ...]) -> None:
+    """Run episodes without training; write trajectories as JSONL and print a summary. --record DIR keeps every
+    environment output and reward score; --replay DIR runs the same episodes again from them."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -212,7 +219,15 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
     from agentbridge.tools import DEFAULT_MAX_FAILURE_RATE, tool_failure_rate
 
     console = Console(stderr=True)
-    spec = _spec(spec_path, sets)
+    # --record/--replay DIR set environment.record/replay; as a JSON string (a YAML string) DIR is never a number
+    flags = {f"--set environment.{key}={json.dumps(value)}": f"--{key} {value}"
+             for key, value in (("record", record), ("replay", replay)) if value is not None}
+    try:
+        spec = _spec(spec_path, (*sets, *(item.removeprefix("--set ") for item in flags)))
+    except SpecError as e:  # blame the flag the user gave
+        problems = [next((line.replace(item, flag) for item, flag in flags.items() if item in line), line)
+                    for line in e.problems]
+        raise SpecError(problems) from None
     try:
         with console.status(f"loading the agent ({spec.environment.id})"):
             agent = Agent.from_spec(spec)
@@ -247,6 +262,9 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
         (out_dir / "manifest.json").write_text(json.dumps(info, indent=2) + "\n")
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         click.echo(f"wrote {len(trajs)} trajectories to {out_dir / 'trajectories.jsonl'}")
+    if spec.environment.record:
+        click.echo(f"recorded the environment outputs and reward scores of {len(trajs)} episodes in "
+                   f"{spec.environment.record}")
     errors = [t for t in trajs if t.finish_reason == "error"]
     for t in errors[:5]:
         click.echo(f"episode {t.task_id} failed: {t.error}", err=True)

@@ -1,7 +1,9 @@
 """Side-by-side report of several run directories: plots (PNG) and ``report.html``.
 
 A run directory holds ``manifest.json`` and ``metrics.jsonl`` (normalized names), as every backend writes
-them, and ``eval.json`` (held-out success per arm) when the run evaluated. Missing, partial or older runs give one
+them, ``eval.json`` (held-out success per arm) when the run evaluated, and ``episodes.jsonl`` (or a rollout's
+``trajectories.jsonl``): where two runs ran the same task and actions, their environment outputs are compared
+(:mod:`agentbridge.compare.episodes`). Missing, partial or older runs give one
 problem line each; the rest of the report still renders. So does a malformed part of a run: a metrics row that is
 not JSON, not an object or has no numeric step (``path:line: ...; skipped``), a value that is not a finite number
 (left out), a manifest field or an evaluation arm of the wrong type (left out), a file that is not a JSON object.
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from agentbridge.compare.episodes import environment_differences
 from agentbridge.compare.plots import ARMS, draw_all
 from agentbridge.compare.semantics import semantics_table
 from agentbridge.runs import invalid, limit_problems, one_line, read_json_object, read_jsonl, shown
@@ -314,6 +317,7 @@ def write_report(run_dirs: list[Path], out_dir: Path, backends: list[dict[str, s
     """
     problems: list[str] = []
     runs = [r for r in (_load(Path(p), problems) for p in run_dirs) if r is not None]
+    seen_differently = environment_differences([(r.label, r.path) for r in runs], problems)
     problems = limit_problems(problems) + [f"warning: {w}" for w in differences(runs)]
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = "".join("<div class='pair'>" + _figure(step, f"{title} vs step")
@@ -327,8 +331,21 @@ def write_report(run_dirs: list[Path], out_dir: Path, backends: list[dict[str, s
             f"{semantics_table(semantics or {})}{parity_table(algorithms or {})}"
             f"{'<h2>Runs</h2>' + _table([_summary(r) for r in runs], 'runs') if runs else ''}"
             f"{settings_table(runs)}"
+            f"{environment_section(seen_differently)}"
             f"{'<h2>Problems</h2><ul>' + notes + '</ul>' if notes else ''}"
             f"{'<h2>Curves</h2>' + figures if figures else ''}{_RENDER_CHECK}</body></html>")
     path = out_dir / "report.html"
     path.write_text(page)
-    return path, problems
+    return path, problems + [f"warning: {line}" for line in seen_differently]
+
+
+def environment_section(lines: list[str]) -> str:
+    """HTML: where runs saw different environment outputs for the same task and action history (nothing when
+    they agree)."""
+    if not lines:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return ("<h2>Environment outputs</h2><p>The same task and the same actions got different answers from the "
+            "environment: the runs did not see the same environment (replay a recording with "
+            "<code>environment.replay</code> to compare backends on identical episodes).</p>"
+            f"<ul class='envdiff'>{items}</ul>")

@@ -14,9 +14,17 @@ from typing import Any
 from agentbridge.datasets import build_split
 from agentbridge.env import Environment, Task
 from agentbridge.plugins import PluginError, Plugins, get_plugins
-from agentbridge.rewards import RewardSet, WeightedReward
+from agentbridge.rewards import RewardFn, RewardSet, WeightedReward
 from agentbridge.rollout.driver import run_episodes
 from agentbridge.rollout.policy import Policy
+from agentbridge.rollout.recording import (
+    Recording,
+    RecordingEnvironment,
+    RecordingWriter,
+    ReplayEnvironment,
+    recording_reward,
+    replay_reward,
+)
 from agentbridge.rollout.renderer import Renderer
 from agentbridge.rollout.trajectory import Limits, SamplingParams, Trajectory
 from agentbridge.spec.schema import DatasetSpec, Spec
@@ -107,15 +115,23 @@ class Agent:
         self.env_factory = self.plugins.environments.get(spec.environment.id)
         self.tools = [self.plugins.tools.get(t) for t in spec.tools]
         self.parser = self.plugins.tool_parsers.get(spec.model.tool_call_format)
-        self.rewards = RewardSet([WeightedReward(r.id, self.plugins.rewards.get(r.id), r.weight, r.args or None, r.per)
+        # environment.record / environment.replay: every environment output and reward score written / served back
+        self.recorder = RecordingWriter(spec.environment.record) if spec.environment.record else None
+        self.recording = Recording(spec.environment.replay) if spec.environment.replay else None
+        self.rewards = RewardSet([WeightedReward(r.id, self._reward_fn(r.id), r.weight, r.args or None, r.per)
                                   for r in spec.reward])
         a = spec.agent
         self.limits = Limits(max_turns=a.max_turns, max_prompt_tokens=a.max_prompt_tokens,
                              max_response_tokens=a.max_response_tokens, max_tokens_per_turn=a.max_tokens_per_turn)
         self.sampling = SamplingParams(temperature=a.sampling.temperature, top_p=a.sampling.top_p,
                                        top_k=a.sampling.top_k, max_tokens=a.max_tokens_per_turn, seed=spec.seed)
-        probe = self.make_env()
-        schemas = probe.tool_schemas() if hasattr(probe, "tool_schemas") else [t.schema() for t in self.tools]
+        if self.recording is not None:  # the prompt as recorded, without the live environment
+            schemas = self.recording.tool_schemas()
+        else:
+            probe = self.live_env()
+            schemas = probe.tool_schemas() if hasattr(probe, "tool_schemas") else [t.schema() for t in self.tools]
+            if self.recorder is not None:
+                self.recorder.put_tools(schemas)
         template = load_chat_template(spec.model.chat_template) if spec.model.chat_template else None
         self.renderer = Renderer(tokenizer, tools=schemas, chat_template=template)
 
@@ -129,10 +145,26 @@ class Agent:
         return cls(spec, tokenizer)
 
     def make_env(self, task: Task | None = None) -> Environment:
+        """An episode's environment: the live one (recording it under ``environment.record``), or the recording
+        of ``environment.replay`` served back."""
+        if self.recording is not None:
+            return ReplayEnvironment(self.recording)
+        env = self.live_env(task)
+        return env if self.recorder is None else RecordingEnvironment(env, self.recorder)
+
+    def live_env(self, task: Task | None = None) -> Environment:
+        """The spec's environment itself, neither recorded nor replayed."""
         kwargs = dict(self.spec.environment.args)
         if self.tools:
             kwargs["tools"] = self.tools
         return self.env_factory(**kwargs)
+
+    def _reward_fn(self, id: str) -> RewardFn:
+        """The registered reward ``id``, recorded or replayed when the spec says so."""
+        if self.recording is not None:
+            return replay_reward(id, self.recording)
+        fn = self.plugins.rewards.get(id)
+        return fn if self.recorder is None else recording_reward(id, fn, self.recorder)
 
     def tasks(self, split: str = "train", size: int | None = None) -> list[Task]:
         """The train, eval or dev tasks named in ``data``."""

@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -168,6 +169,41 @@ class AgentSpec(_Strict):
 class EnvironmentSpec(_Strict):
     id: str = Field(description="A registered environment id (agentbridge plugins list)")
     args: dict[str, Any] = Field(default_factory=dict, description="The environment's typed arguments")
+    record: Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="Record every environment output, tool schema and reward score of every episode into this "
+        "directory (one JSONL file per process), keyed by task and action history, for replay (null: no recording)")
+    replay: Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="Serve environment outputs and reward scores from this recorded directory instead of the "
+        "live environment and rewards; an action history not recorded is an error naming the step (null: live)")
+
+    @field_validator("record", "replay")
+    @classmethod
+    def _directory(cls, directory: str | None, info: ValidationInfo) -> str | None:
+        if directory is None:
+            return None
+        if "\0" in directory:
+            raise ValueError("holds a NUL character; no directory does")
+        path = Path(directory)
+        if info.field_name == "replay" and not path.is_dir():
+            raise ValueError(f"no such directory '{directory}' (record one with agentbridge rollout SPEC --record DIR)")
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"'{directory}' is a file, not a directory")
+        return directory
+
+    @model_validator(mode="after")
+    def _record_or_replay(self) -> EnvironmentSpec:
+        if self.record is not None and self.replay is not None:
+            raise ValueError("give at most one of 'record' and 'replay': a replayed episode has nothing new to record")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_recording(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without recording or replay the environment dumps and hashes as it did before the fields existed."""
+        data: dict[str, Any] = handler(self)
+        for key in ("record", "replay"):
+            if data.get(key, 0) is None:
+                del data[key]
+        return data
 
 
 class RewardSpec(_Strict):
