@@ -46,6 +46,7 @@ What the probe module declares, and what fails a cell (✘):
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import json
@@ -648,9 +649,29 @@ def golden_algorithm_spec(name: str, backend: str, kl_coef: float, sets: tuple[s
                                 f"algorithm.group_size={GROUP_SIZE}", f"algorithm.kl_coef={kl_coef}", *sets])
 
 
+@functools.cache
+def case_algorithm(case: str) -> Any:
+    """The ``algorithm`` block of recipe case ``case`` (an ``AlgorithmSpec``: grpo, groups of four, KL off, the
+    case's settings), built without a whole spec."""
+    import yaml
+
+    from agentbridge.spec.schema import AlgorithmSpec
+
+    data: dict[str, Any] = {"name": RECIPE_ALGORITHM, "group_size": GROUP_SIZE}
+    for setting in RECIPE_CASES[case][1]:
+        path, _, value = setting.partition("=")
+        *parents, last = path.split(".")[1:]
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = yaml.safe_load(value)
+    return AlgorithmSpec.model_validate(data)
+
+
 def recipe_of_case(case: str, backend: str = "trl") -> Recipe:
-    """The reference's recipe of a recipe case: the knobs of the golden spec with the case's settings."""
-    return Recipe.of(golden_algorithm_spec(RECIPE_ALGORITHM, backend, 0.0, RECIPE_CASES[case][1]).algorithm)
+    """The reference's recipe of a recipe case: the knobs of its ``algorithm`` (:func:`case_algorithm`; the same on
+    every backend)."""
+    return Recipe.of(case_algorithm(case))
 
 
 def backend_probe_results(backend_name: str, workdir: Path, algorithms: tuple[str, ...] = ALGORITHMS,
