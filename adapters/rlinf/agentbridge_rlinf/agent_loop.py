@@ -53,6 +53,11 @@ class AgentBridgeAgentLoopWorker(AgentLoopWorker):
 
     def __init__(self, cfg: DictConfig, placement: Any) -> None:
         super().__init__(cfg, placement)
+        # RLinf's AgentLoopWorker keeps the engine's log-probs only without recompute_logprobs, which
+        # importance_sampling_fix turns on; its correction weighs exactly those against the recomputed ones
+        # (FSDPActor.training_step: rollout_logprobs and recomputed_logprobs), so the group keeps them
+        if cfg.runner.task_type != "reasoning_eval" and cfg.algorithm.get("importance_sampling_fix", False):
+            self.return_logprobs = True
         self.spec_path = str(cfg.agentbridge.spec_path)
         # RLinf keeps data.max_prompt_length prompt tokens and runner.seq_length in all: the driver cuts to them
         self.runner = EpisodeRunner(load_spec(self.spec_path), self.tokenizer, "rlinf",

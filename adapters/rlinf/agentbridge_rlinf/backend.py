@@ -6,6 +6,7 @@ from typing import Any
 
 from agentbridge import adapter as kit
 from agentbridge.backends import Capabilities
+from agentbridge.spec import Spec
 from agentbridge_rlinf import RLINF_PIN, __version__
 from agentbridge_rlinf.config import (
     ALGORITHMS,
@@ -13,11 +14,14 @@ from agentbridge_rlinf.config import (
     ENTRY_FILE,
     ENV_CONFLICT,
     GROUPED,
+    IS_WHY,
     NOTES,
+    ROLLOUT_WHY,
     WHY_NOT,
     RlinfOptions,
     gpus_per_node,
     job_config,
+    kl_refusals,
     path_overrides,
 )
 from agentbridge_rlinf.data import task_row
@@ -40,7 +44,9 @@ class RlinfBackend(kit.Adapter):
     recipe_why_not = {"loss_agg": {"seq_mean_token_sum_norm": "RLinf 0.3.0's loss_agg_func has no constant "
                                                                "normaliser"},
                       "scale_advantages": {v: "RLinf 0.3.0's grpo advantage always divides by the group's std"
-                                           for v in ("batch", "none")}}
+                                           for v in ("batch", "none")},
+                      "is_correction": {k: IS_WHY for k in ("token_mask", "sequence_truncate", "sequence_mask")},
+                      "rollout": {k: ROLLOUT_WHY for k in ("one_step_off", "async", "async+partial")}}
     epochs_why_not = "RLinf 0.3.0's reasoning actor updates once per rollout (update_epoch is the embodied actor's)"
     lora_why_not = ("RLinf 0.3.0's reasoning actor loads a plain model; its LoRA reaches only the embodied actor "
                     "(rlinf.models.get_model)")
@@ -51,6 +57,11 @@ class RlinfBackend(kit.Adapter):
     config_file = f"{CONFIG_NAME}.yaml"
     control_note = gpu_trainer = True
     config_header = f"# RLinf {RLINF_PIN} reasoning-task config for this job; paths come from launch.sh\n"
+
+    def recipe_refusals(self, spec: Spec) -> dict[str, str]:
+        """The declared refusals, and the KL settings RLinf cannot honour (they depend on the algorithm, the
+        placement and the training backend: ``config.kl_refusals``)."""
+        return {**super().recipe_refusals(spec), **kl_refusals(spec)}
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

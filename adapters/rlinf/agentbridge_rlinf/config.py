@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, PositiveInt
 from agentbridge import adapter as kit
 from agentbridge.adapter import flatten, set_dotted
 from agentbridge.spec import Spec
-from agentbridge.spec.recipe import clip_range, dual_clip
+from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
 
 CONFIG_NAME = "rlinf_job"
 ENTRY_FILE = "entry.py"
@@ -39,6 +39,19 @@ GROUPED = ("grpo", "dapo")
 # algorithm.loss_agg -> algorithm.loss_agg_func (rlinf/utils/utils.py); seq_mean_token_sum_norm is refused
 LOSS_AGG_FUNCS = {"token_mean": "token-mean", "seq_mean_token_sum": "seq-mean-token-sum",
                   "seq_mean_token_mean": "seq-mean-token-mean"}
+# algorithm.kl_estimator -> algorithm.kl_penalty_type (rlinf/algorithms/utils.py kl_penalty: "k1"/"kl", "k2"/"mse",
+# "k3"/"low_var_kl"); one key for the loss's KL (kl_beta) and the reward's (reinpp_kl_beta). k3 keeps the preset's name
+KL_PENALTY_TYPES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
+# why RLinf 0.3.0 cannot honour a recipe value (RlinfBackend.recipe_why_not / recipe_refusals)
+KL_REWARD_WHY = ("RLinf 0.3.0 puts KL in the reward only in its reinpp advantage (reinpp_kl_beta, read by "
+                 "compute_reinpp_advantages alone): its grpo advantage takes no KL")
+KL_K1_LOSS_WHY = ("RLinf 0.3.0's FSDP actor calls kl_penalty(ref_logprobs, logprobs, 'k1'), which is ref - logp: the "
+                  "k1 estimate negated (its Megatron actor passes them in order: backend.options.training_backend "
+                  "megatron)")
+IS_WHY = ("RLinf 0.3.0's importance_sampling_fix is per token and truncates (advantages x clamp(exp(recomputed - "
+          "rollout), max=importance_sampling_clip) in the actor's training_step): no sequence level, no mask")
+ROLLOUT_WHY = ("RLinf 0.3.0's asynchronous runner (algorithm.staleness_threshold) is the embodied one "
+               "(AsyncPPOEmbodiedRunner); its AgentRunner, which runs agent loops, generates and trains in turn")
 # why RLinf 0.3.0 cannot run the others (the capability error says it, naming the backends that can)
 WHY_NOT = {
     "gspo": "RLinf 0.3.0 has no sequence-level importance ratio (no gspo loss)",
@@ -136,8 +149,11 @@ def settings(spec: Spec) -> dict[str, Any]:
         "algorithm.rollout_batch_size_per_gpu": None,
         "algorithm.logprob_forward_micro_batch_size": micro,
         "algorithm.val_rollout_batch_size_per_gpu": micro,
-        # the driver keeps the engine's log-probs of every generated token: they are the old log-probs
-        "algorithm.recompute_logprobs": False,
+        # the driver keeps the engine's log-probs of every generated token: they are the old log-probs. With KL or
+        # IS correction the actor recomputes them: RLinf 0.3.0 computes the reference's log-probs only in that pass
+        # (run_inference, which AgentRunner calls only when recompute_logprobs is on), and its IS correction weighs
+        # the engine's log-probs against the recomputed ones
+        "algorithm.recompute_logprobs": algo.kl_coef > 0 or algo.is_correction is not None,
         "algorithm.shuffle_rollout": False,
         "algorithm.loss_agg_func": "token-mean",
         "algorithm.kl_beta": algo.kl_coef,
@@ -266,7 +282,38 @@ def recipe_settings(spec: Spec) -> dict[str, Any]:
         out["algorithm.loss_agg_func"] = LOSS_AGG_FUNCS[algo.loss_agg]
     if algo.mini_batches is not None:  # the actor's global batch is the step's samples / n_minibatches
         out["algorithm.n_minibatches"] = algo.mini_batches
+    out.update(kl_settings(spec))
+    if algo.is_correction is not None:  # token level, truncate (the others are refused): FSDPActor.training_step
+        out["algorithm.importance_sampling_fix"] = True
+        out["algorithm.importance_sampling_clip"] = algo.is_correction.cap
     return out
+
+
+def kl_settings(spec: Spec) -> dict[str, Any]:
+    """The KL keys of an explicit ``kl_estimator`` / ``kl_in`` (none when both are null: the preset's): the estimator
+    as ``kl_penalty_type``; the coefficient as ``kl_beta`` (the actor's KL loss) or ``reinpp_kl_beta`` (k-estimate
+    subtracted from reinpp's token rewards; other advantages refuse KL in the reward)."""
+    algo = spec.algorithm
+    if algo.kl_coef <= 0 or (algo.kl_estimator is None and algo.kl_in is None):
+        return {}
+    estimator, where = kl_setting(algo)
+    loss = where == "loss"
+    return {"algorithm.kl_penalty_type": KL_PENALTY_TYPES[estimator],
+            "algorithm.kl_beta": algo.kl_coef if loss else 0.0,
+            "algorithm.reinpp_kl_beta": 0.0 if loss else algo.kl_coef}
+
+
+def kl_refusals(spec: Spec) -> dict[str, str]:
+    """The KL settings of the spec RLinf 0.3.0 cannot honour: the field's path -> why."""
+    algo = spec.algorithm
+    if algo.kl_coef <= 0 or (algo.kl_estimator is None and algo.kl_in is None):
+        return {}
+    estimator, where = kl_setting(algo)
+    if where == "reward" and ALGORITHMS.get(algo.name, {}).get("adv_type") != "reinpp":
+        return {"algorithm.kl_in": KL_REWARD_WHY}
+    if where == "loss" and estimator == "k1" and options(spec)["training_backend"] == "fsdp":
+        return {"algorithm.kl_estimator" if algo.kl_estimator else "algorithm.kl_in": KL_K1_LOSS_WHY}
+    return {}
 
 
 def overrides(spec: Spec) -> dict[str, Any]:

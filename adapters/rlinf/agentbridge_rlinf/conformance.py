@@ -64,11 +64,11 @@ class GoldenRolloutStandIn(Worker):
             await output_channel.put(reply, key=request["channel_key"], async_op=True).async_wait()
 
 
-def golden_config(kind: str, workdir: Path) -> tuple[Any, Any]:
+def golden_config(kind: str, workdir: Path, sets: tuple[str, ...] = ()) -> tuple[Any, Any]:
     """The golden spec compiled into an RLinf job (``backend.name=rlinf``; for the ``lengths`` kind with RLinf's
     own lengths, ``data.max_prompt_length`` and ``runner.seq_length``, at
-    :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`), composed as its entry composes it and passed through
-    ``validate_reasoning_cfg``; returns ``(cfg, spec)``."""
+    :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`; then ``sets``), composed as its entry composes it and
+    passed through ``validate_reasoning_cfg``; returns ``(cfg, spec)``."""
     from rlinf.config import validate_reasoning_cfg
 
     from agentbridge.conformance.suite import golden_spec
@@ -76,11 +76,11 @@ def golden_config(kind: str, workdir: Path) -> tuple[Any, Any]:
     from agentbridge_rlinf.backend import RlinfBackend
     from agentbridge_rlinf.validate import compose_job
 
-    sets = ["backend.name=rlinf"]
+    base = ["backend.name=rlinf"]
     if kind == LENGTHS:
         prompt, response = BACKEND_LENGTHS["max_prompt"], BACKEND_LENGTHS["max_response"]
-        sets.append(f"backend.overrides={{data.max_prompt_length: {prompt}, runner.seq_length: {prompt + response}}}")
-    spec = golden_spec(kind, sets)
+        base.append(f"backend.overrides={{data.max_prompt_length: {prompt}, runner.seq_length: {prompt + response}}}")
+    spec = golden_spec(kind, [*base, *sets])
     job = RlinfBackend().compile(spec, Path(workdir) / "rlinf")
     level = logging.getLogger().level
     cfg = validate_reasoning_cfg(compose_job(job.path, str(resolve_model_path(spec.model.path))))

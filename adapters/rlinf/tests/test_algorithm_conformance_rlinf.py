@@ -75,9 +75,11 @@ def test_documented_differences_reach_the_job_manifest(tmp_path: Path) -> None:
 
 
 def test_the_recipe_row_equals_the_reference_or_says_why() -> None:
-    """Each recipe knob (grpo, KL off) through RLinf's advantages and policy_loss as the compiled job configures
-    them: the reference's loss, except token_mean (per micro-batch); the logged clip fraction per micro-batch
-    (pinned); loss_agg seq_mean_token_sum_norm and scale_advantages none / batch refused at check."""
+    """Each recipe knob (grpo) through RLinf's advantages, its actor's IS fix and policy_loss and its KL loss as the
+    compiled job configures them: the reference's loss, except token_mean (per micro-batch); the reference's KL term
+    with k2; the logged clip fraction per micro-batch (pinned); the knobs RLinf 0.3.0 has no setting for refused at
+    check (seq_mean_token_sum_norm, scale_advantages none / batch, k1 in the FSDP actor's loss, KL in the grpo
+    reward, IS correction other than token truncate)."""
     from agentbridge.conformance.algorithms import RECIPE_CASES
 
     cells = {c.algorithm.split("@")[1]: c for c in run_algorithms("rlinf", (), recipe=tuple(RECIPE_CASES))}
@@ -85,7 +87,55 @@ def test_the_recipe_row_equals_the_reference_or_says_why() -> None:
     assert not [c for c in cells.values() if c.status == "✘"], problem_lines(list(cells.values()))
     assert {case: c.differing() for case, c in cells.items() if c.status == "≠"} == {
         "clip_higher": ["clip_fraction"], "dual_clip": ["clip_fraction"], "token_mean": ["loss", "clip_fraction"],
-        "seq_mean_token_sum": ["clip_fraction"]}
-    assert all(cells[case].deltas["loss"] <= IDENTICAL for case in ("clip_higher", "dual_clip", "seq_mean_token_sum"))
-    for case in ("seq_mean_token_sum_norm", "scale_none", "scale_batch"):
-        assert cells[case].status == "n/a" and "rlinf cannot run grpo with " in cells[case].why, case
+        "seq_mean_token_sum": ["clip_fraction"], "kl_k2": ["clip_fraction"], "is_token_truncate": ["clip_fraction"]}
+    assert all(cells[case].deltas["loss"] <= IDENTICAL for case in ("clip_higher", "dual_clip", "seq_mean_token_sum",
+                                                                    "kl_k2", "is_token_truncate"))
+    assert cells["kl_k2"].deltas["kl"] <= IDENTICAL and cells["kl_k2"].deltas["advantages"] <= IDENTICAL
+    refused = {"seq_mean_token_sum_norm", "scale_none", "scale_batch", "kl_k1", "kl_in_reward", "is_token_mask",
+               "is_sequence_truncate", "is_sequence_mask"}
+    assert {case for case, c in cells.items() if c.status == "n/a"} == refused
+    for case in refused:
+        assert "rlinf cannot run grpo with " in cells[case].why, case
+
+
+def _recipe_job(tmp_path: Path, case: str, edit: dict[str, object] | None = None) -> Path:
+    """The recipe case's RLinf job, its ``algorithm`` keys then set to ``edit`` (a mapping broken on purpose)."""
+    import yaml
+
+    from agentbridge.conformance.algorithms import RECIPE_CASES
+
+    job = RlinfBackend().compile(golden_algorithm_spec("grpo", "rlinf", 0.0, RECIPE_CASES[case][1]),
+                                 tmp_path / case).path
+    if edit:
+        path = job / "rlinf_job.yaml"
+        config = yaml.safe_load(path.read_text())
+        config["algorithm"].update(edit)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return job
+
+
+def test_the_recipe_cells_follow_the_compiled_keys(tmp_path: Path) -> None:
+    """The probe reads the knobs from the job: with RLinf's key broken on purpose the cell's quantity leaves the
+    reference (k2 as low_var_kl: its KL term; no importance_sampling_fix, or another clip: its loss)."""
+    from agentbridge.conformance.algorithms import CLOSE, recipe_of_case
+    from agentbridge_rlinf.algorithm_probe import probe
+
+    batch = golden_batch()
+
+    def delta(case: str, quantity: str, edit: dict[str, object] | None = None) -> float:
+        knobs = recipe_of_case(case, "rlinf")
+        want = reference("grpo", batch, knobs.kl_coef, knobs)[quantity]
+        return max_delta(want, probe(_recipe_job(tmp_path / str(len(str(edit))), case, edit), batch)[quantity])
+
+    assert delta("kl_k2", "kl") <= IDENTICAL < CLOSE < delta("kl_k2", "kl", {"kl_penalty_type": "low_var_kl"})
+    assert delta("is_token_truncate", "loss") <= IDENTICAL
+    assert delta("is_token_truncate", "loss", {"importance_sampling_fix": False}) > CLOSE
+    assert delta("is_token_truncate", "loss", {"importance_sampling_clip": 100.0}) > CLOSE
+
+
+def test_the_probe_repeats_what_rlinfs_actor_holds() -> None:
+    """The probe repeats FSDPActor.training_step's IS fix and KL-loss lines (the actor module does not import
+    without transformers 4 and accelerate): the installed RLinf holds each of them."""
+    from agentbridge_rlinf.algorithm_probe import ACTOR_LINES, actor_source_problems
+
+    assert actor_source_problems() == [] and len(ACTOR_LINES) == 8

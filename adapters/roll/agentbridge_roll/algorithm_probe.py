@@ -23,6 +23,15 @@ from agentbridge.conformance.algorithms import Documented
 # the job manifest, checked by the algorithm conformance suite
 _CLIPFRAC = ("ROLL's actor/clipfrac is aggregated with the job's loss_agg_mode ({}), not as a token mean over the "
              "batch")
+_KL_REWARD = ("ROLL subtracts init_kl_coef x the token's KL estimate from each token's reward after normalising the "
+              "response-level rewards in their group (compute_token_reward after compute_response_level_rewards), and "
+              "its grpo advantage is the token-level return (compute_reinforce_return): each token's advantage is the "
+              "normalised reward minus the KL summed from that token on, where the reference subtracts the KL summed "
+              "over the sequence from the reward before the group normalisation")
+_IS_MASK = ("mask is ROLL's ratio filter (train_infer_correction.filters: a weight above cap leaves response_mask) "
+            "with the unbounded weight: {}; on this job's path (enable_old_logprobs_recompute off: the actor filters "
+            "inside loss_func, after the batch's counts). With recompute on (init_kl_coef > 0, or several backward "
+            "steps a step) the pipeline filters first and a masked sequence leaves global_valid_samples too")
 DIFFERENCES: dict[str, dict[str, Documented]] = {
     "grpo": {"clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean: per sequence, then over sequences"),
                                          off=1.210e-2, on=1.210e-2)},
@@ -53,6 +62,27 @@ DIFFERENCES: dict[str, dict[str, Documented]] = {
                                                                      "sequences"), off=1.210e-2, on=None)},
     "grpo@scale_batch": {"clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean: per sequence, then over "
                                                                       "sequences"), off=1.210e-2, on=None)},
+    # KL in the reward (add_token_level_kl, init_kl_coef, kl_penalty kl): ROLL's own placement
+    "grpo@kl_in_reward": {
+        "advantages": Documented(_KL_REWARD, off=None, on=1.453),
+        "clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean: per sequence, then over sequences"),
+                                    off=None, on=2.778e-2)},
+    # IS correction (train_infer_correction): the weight multiplies each token's pg loss as the reference's does
+    "grpo@is_token_truncate": {"clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean: per sequence, then "
+                                                                            "over sequences"), off=1.210e-2, on=None)},
+    "grpo@is_sequence_truncate": {"clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean: per sequence, "
+                                                                               "then over sequences"),
+                                                              off=1.210e-2, on=None)},
+    "grpo@is_token_mask": {
+        "loss": Documented(_IS_MASK.format("a masked token leaves its sequence's token mean (the reference keeps it "
+                                           "there with weight 0)"), off=9.136e-4, on=None),
+        "clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean") + ", over the tokens the filter keeps",
+                                    off=1.488e-2, on=None)},
+    "grpo@is_sequence_mask": {
+        "clip_fraction": Documented(_CLIPFRAC.format("seq-mean-token-mean") + ", over the sequences the filter keeps "
+                                    "(" + _IS_MASK.format("a masked sequence adds 0 to the sequence mean, whose "
+                                                          "denominator still counts it: the reference's loss") + ")",
+                                    off=4.683e-2, on=None)},
 }
 # the quantities ROLL's probe cannot produce: quantity -> why (none: every one is read from ROLL's own code)
 NOT_PRODUCED: dict[str, str] = {}
@@ -79,7 +109,7 @@ def _batch(batch: Any) -> Any:
         "position_ids": (full.cumsum(dim=-1) - 1).clamp(min=0), "response_mask": response_mask,
         "prompt_mask": torch.cat([torch.ones((n, 1)), torch.zeros((n, width))], dim=1).bool(), "scores": scores,
         "old_log_probs": t["old_logp"].float(), "ref_log_probs": t["ref_logp"].float(),
-        "infer_logprobs": t["old_logp"].float(), "values": t["values"].float()})
+        "infer_logprobs": t["rollout_logp"].float(), "values": t["values"].float()})
     groups = [str(g) for g in t["group"].tolist()]
     steps = np.empty(n, dtype=object)
     for i, r in enumerate(t["rewards"].tolist()):

@@ -10,6 +10,7 @@ from agentbridge import adapter as kit
 from agentbridge.backends import Capabilities
 from agentbridge.env import Task
 from agentbridge.spec import Spec
+from agentbridge.spec.recipe import kl_setting
 from agentbridge_roll import ROLL_COMMIT, ROLL_REPO, ROLL_SOURCE, __version__, keep_roll_logs_out_of_cwd
 from agentbridge_roll.config import (
     ALGORITHMS,
@@ -17,11 +18,17 @@ from agentbridge_roll.config import (
     ENTRY_FILE,
     GROUPED,
     NOTES,
+    ROLLOUT_PARTIAL_WHY,
+    TOKEN_KL,
     WHY_NOT,
     RollOptions,
+    async_generation_ratio,
     gpus_per_node,
+    infer_gpus,
     job_config,
     path_overrides,
+    recipe_refusals,
+    train_gpus,
 )
 
 ENTRY = '''"""ROLL entry of this job: ROLL's agentic pipeline, composed from this directory's config (the job's env
@@ -47,13 +54,19 @@ class RollBackend(kit.Adapter):
     module = "roll"  # what must import for this backend to run here (a ROLL checkout on PYTHONPATH)
     algorithms, why_not, grouped, options_model = ALGORITHMS, WHY_NOT, frozenset(GROUPED), RollOptions
     recipe_why_not = {"loss_agg": {"seq_mean_token_sum_norm": "ROLL's seq-mean-token-sum-norm divides by the "
-                                   "padded sequence width (prompt included), not agent.max_response_tokens"}}
+                                   "padded sequence width (prompt included), not agent.max_response_tokens"},
+                      "rollout": {"async+partial": ROLLOUT_PARTIAL_WHY}}
     lora_why_not = None
     validator, conformance_module = "agentbridge_roll.validate", "agentbridge_roll.conformance"
     algorithm_probe = "agentbridge_roll.algorithm_probe"  # the training-math conformance
     config_file = f"{CONFIG_NAME}.yaml"
     control_note = gpu_trainer = True
     config_header = f"# ROLL agentic-pipeline config for this job ({ROLL_SOURCE}); paths come from launch.sh\n"
+
+    def recipe_refusals(self, spec: Spec) -> dict[str, str]:
+        """The declared refusals, and the KL and rollout settings ROLL cannot honour (they depend on the KL's
+        placement and the job's GPUs: ``config.recipe_refusals``)."""
+        return {**super().recipe_refusals(spec), **recipe_refusals(spec)}
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -97,6 +110,24 @@ class RollBackend(kit.Adapter):
         if spec.algorithm.name == "dr_grpo":
             notes.append("algorithm.name dr_grpo: ROLL divides the summed token losses by the padded sequence width "
                          "(sequence_length - 1), a constant, not by max_response_tokens")
+        algo = spec.algorithm
+        if algo.kl_coef > 0 and algo.name not in TOKEN_KL and kl_setting(algo)[1] == "reward":
+            notes.append(f"algorithm.kl_in reward on {algo.name}: ROLL subtracts the KL from each token's reward after "
+                         "normalising the rewards in their group, and the advantage is each token's return (the "
+                         "normalised reward minus the KL from that token on), not the group-normalised reward minus "
+                         "the sequence's KL")
+        if algo.is_correction is not None and algo.is_correction.mode == "mask":
+            notes.append("algorithm.is_correction mask: ROLL's ratio filter takes a token (or sequence) whose weight "
+                         "passes the cap out of response_mask, so it leaves the loss's token means (and, where ROLL "
+                         "recomputes the old log-probs, the count of sequences) instead of adding 0 to them")
+        ratio = async_generation_ratio(spec)
+        if ratio:
+            train, infer = train_gpus(spec), infer_gpus(spec)
+            notes.append(f"algorithm.rollout {spec.algorithm.rollout.mode}: ROLL's async pipeline, "  # type: ignore[union-attr]
+                         f"async_generation_ratio {ratio} (episode groups generated up to {ratio} step(s) ahead of "
+                         f"training, older ones dropped; a step may also train on episodes of the current policy "
+                         f"when generation falls behind); actor_infer on GPUs {infer.start}-{infer.stop - 1}, the "
+                         f"training workers on GPUs {train.start}-{train.stop - 1}")
         if spec.algorithm.steps == 1:
             notes.append("algorithm.steps 1: ROLL saves no checkpoint of its first step (BasePipeline.do_checkpoint "
                          "saves at global_step > 0 only), so after_rl is not evaluated")

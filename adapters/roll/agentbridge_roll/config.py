@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, PositiveInt
 
 from agentbridge.adapter import flatten, set_dotted
 from agentbridge.spec import Spec
-from agentbridge.spec.recipe import clip_range, dual_clip, preset_clip
+from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting, preset_clip
 
 CONFIG_NAME = "roll_job"
 ENTRY_FILE = "entry.py"
@@ -55,6 +55,19 @@ GROUPED = ("grpo", "dr_grpo", "dapo")
 LOSS_AGG_MODES = {"token_mean": "token-mean", "seq_mean_token_sum": "seq-mean-token-sum",
                   "seq_mean_token_mean": "seq-mean-token-mean"}
 TOKEN_KL = ("reinforce_pp", "ppo")  # KL as a token-reward penalty (init_kl_coef), not a loss term
+# algorithm.kl_estimator -> kl_penalty, the token-reward KL's estimator (PPOConfig.kl_penalty: kl, abs, mse, full;
+# roll/utils/functionals.compute_approx_kl: kl = logp - ref, mse = (logp - ref)^2 / 2); k3 is refused there
+KL_PENALTIES = {"k1": "kl", "k2": "mse"}
+# why ROLL cannot honour a recipe value (RollBackend.recipe_why_not / recipe_refusals)
+KL_LOSS_WHY = ("ROLL's agentic ActorWorker.loss_func computes its KL loss with compute_approx_kl(..., kl_penalty='k3') "
+               "whatever the config says: k3 only")
+KL_REWARD_K3_WHY = ("ROLL's token-reward KL estimator, PPOConfig.kl_penalty, is one of kl, abs, mse, full (dacite "
+                    "refuses any other): no k3")
+ROLLOUT_PARTIAL_WHY = ("ROLL aborts in-flight requests at each weight update (RolloutScheduler.suspend: abort_all) and "
+                       "agentbridge's env manager plays an aborted episode again from its start")
+ROLLOUT_GPUS_WHY = ("ROLL's async pipeline (async_generation_ratio > 0) keeps actor_infer generating through the "
+                    "train step (AgenticPipeline.run offloads it in sync mode only), so the engine needs GPUs apart "
+                    "from the training workers', as in ROLL's async examples: 2 or more GPUs")
 # why ROLL's agentic pipeline cannot run the others (the capability error says it, naming the backends that can)
 WHY_NOT = {
     "gspo": "ROLL's sequence-level ratio (importance_sampling: seq) is in its RLVR pipeline only, not in "
@@ -110,9 +123,40 @@ def gpus_per_node(spec: Spec) -> int:
     return max(1, spec.resources.gpus_per_node)
 
 
-def device_mapping(spec: Spec) -> str:
-    """ROLL's ``device_mapping`` (a Python expression it evaluates): every GPU of the job, shared by the workers."""
-    return f"list(range(0,{gpus_per_node(spec) * spec.resources.nodes}))"
+def off_policy(spec: Spec) -> bool:
+    """Whether the spec asks for generation ahead of training (``algorithm.rollout`` one_step_off or async)."""
+    rollout = spec.algorithm.rollout
+    return rollout is not None and rollout.mode != "sync"
+
+
+def async_generation_ratio(spec: Spec) -> int:
+    """ROLL's ``async_generation_ratio``: how many steps of episode groups its rollout scheduler keeps ahead of
+    training, dropping those more than that many steps old (``GroupQueue.advance_step``) — the staleness bound: 1 for
+    one_step_off, ``max_staleness`` (1 when null, as ROLL's async examples) for async, 0 (synchronous) else."""
+    rollout = spec.algorithm.rollout
+    if rollout is None or rollout.mode == "sync":
+        return 0
+    return (rollout.max_staleness or 1) if rollout.mode == "async" else 1
+
+
+def train_gpus(spec: Spec) -> range:
+    """The GPUs of ROLL's training workers (actor_train, reference, critic): all of the job's, or the first half
+    when generation runs ahead (the async pipeline gives actor_infer GPUs of its own, as ROLL's async examples)."""
+    total = gpus_per_node(spec) * spec.resources.nodes
+    return range(0, total // 2 if off_policy(spec) else total)
+
+
+def infer_gpus(spec: Spec) -> range:
+    """The GPUs of ROLL's actor_infer: all of the job's, or the second half when generation runs ahead."""
+    total = gpus_per_node(spec) * spec.resources.nodes
+    return range(total // 2 if off_policy(spec) else 0, total)
+
+
+def device_mapping(spec: Spec, gpus: range | None = None) -> str:
+    """ROLL's ``device_mapping`` (a Python expression it evaluates) of ``gpus``: by default every GPU of the job,
+    shared by the workers."""
+    gpus = gpus if gpus is not None else range(0, gpus_per_node(spec) * spec.resources.nodes)
+    return f"list(range({gpus.start},{gpus.stop}))"
 
 
 def rollout_batch_size(spec: Spec) -> int:
@@ -120,16 +164,17 @@ def rollout_batch_size(spec: Spec) -> int:
     return spec.algorithm.batch_size * spec.algorithm.group_size
 
 
-def _worker(spec: Spec, strategy: str, *, dtype: str, train: bool, micro: int = 1) -> dict[str, Any]:
-    """One ROLL worker section (``WorkerConfig``) on all of the job's GPUs."""
+def _worker(spec: Spec, strategy: str, *, dtype: str, train: bool, micro: int = 1,
+            gpus_of: range | None = None) -> dict[str, Any]:
+    """One ROLL worker section (``WorkerConfig``) on ``gpus_of`` (the training workers' GPUs by default)."""
     algo = spec.algorithm
     section: dict[str, Any] = {
         "model_args": {"dtype": dtype, "disable_gradient_checkpointing": not train},
         "strategy_args": {"strategy_name": strategy, "strategy_config": {}},
-        "device_mapping": device_mapping(spec),
+        "device_mapping": device_mapping(spec, gpus_of if gpus_of is not None else train_gpus(spec)),
     }
     if train:
-        gpus = gpus_per_node(spec) * spec.resources.nodes
+        gpus = len(train_gpus(spec))
         section["training_args"] = {
             "learning_rate": algo.lr, "weight_decay": 0.0, "lr_scheduler_type": "constant",
             "warmup_steps": algo.warmup_steps, "per_device_train_batch_size": micro,
@@ -181,7 +226,8 @@ def settings(spec: Spec, *, has_eval: bool = False) -> dict[str, Any]:
         # a relaunch resumes from the latest checkpoint-N there (BasePipeline.__init__ and ActorWorker.initialize:
         # get_latest_ckpt); a finished run skips every step (AgenticPipeline.run: global_step <= state.step)
         "resume_from_checkpoint": True,
-        "async_generation_ratio": 0,
+        # generation ahead of training (algorithm.rollout): steps of episode groups kept ahead, the staleness bound
+        "async_generation_ratio": async_generation_ratio(spec),
         "rollout_batch_size": rollout_batch_size(spec),
         "val_batch_size": 0,
         "sequence_length": sequence_length(spec),
@@ -200,7 +246,8 @@ def settings(spec: Spec, *, has_eval: bool = False) -> dict[str, Any]:
         # the actor's checkpoints also as a Hugging Face model (MegatronTrainStrategy.save_checkpoint:
         # save_pretrained_as_hf into its save dir; ROLL's FSDP2 strategy always writes one): what finish evaluates
         "actor_train.training_args.save_hf_model": True,
-        "actor_infer": {**_worker(spec, str(opts["rollout_engine"]), dtype=dtype, train=False, micro=micro),
+        "actor_infer": {**_worker(spec, str(opts["rollout_engine"]), dtype=dtype, train=False, micro=micro,
+                                  gpus_of=infer_gpus(spec)),
                         "generating_args": {
                             "max_new_tokens": agent.max_tokens_per_turn, "temperature": agent.sampling.temperature,
                             "top_p": agent.sampling.top_p, "top_k": agent.sampling.top_k or -1, "num_beams": 1,
@@ -254,15 +301,56 @@ def recipe_settings(spec: Spec) -> dict[str, Any]:
         out["ppo_epochs"] = algo.epochs
     if algo.mini_batches is not None:  # accumulation for batch_size / mini_batches prompts' trajectories per update
         train = "actor_train.training_args."
-        micro, gpus = int(options(spec)["micro_batch_size"]), gpus_per_node(spec) * spec.resources.nodes
+        micro, gpus = int(options(spec)["micro_batch_size"]), len(train_gpus(spec))
         out[train + "gradient_accumulation_steps"] = max(1, rollout_batch_size(spec) // algo.mini_batches
                                                          // (micro * gpus))
+    out.update(kl_settings(spec))
+    isc = algo.is_correction
+    if isc is not None:  # the IS weight exp(old - infer) at the level, truncated at cap, or kept below cap by a filter
+        weight = {"enabled": True, "weight_type": isc.level, "upper_bound": isc.cap if isc.mode == "truncate" else None,
+                  "detach": True}
+        filters = [] if isc.mode == "truncate" else [
+            {"enabled": True, "agg_type": isc.level, "ratio_enabled": True, "ratio_low": 0.0, "ratio_high": isc.cap,
+             "diff_enabled": False}]
+        out["train_infer_correction"] = {"is_weight": weight, "filters": filters}
     lora = spec.model.lora
     if lora is not None:  # LoRA is on when lora_target is set; the reference then runs with the adapter disabled
         args = "actor_train.model_args."
         targets = "all" if lora.target_modules == "all-linear" else ",".join(lora.target_modules)
         out.update({args + "lora_target": targets, args + "lora_rank": lora.rank,
                     args + "lora_alpha": lora.scaling_alpha(), args + "lora_dropout": lora.dropout})
+    return out
+
+
+def kl_settings(spec: Spec) -> dict[str, Any]:
+    """The KL keys of an explicit ``kl_estimator`` / ``kl_in`` (none when both are null: the preset's): KL in the
+    loss is ROLL's KL loss (``use_kl_loss``, ``kl_loss_coef``; k3, the only estimator it has), KL in the reward its
+    token-reward penalty (``add_token_level_kl``, ``init_kl_coef`` with no target_kl: a fixed coefficient,
+    ``kl_penalty`` the estimator), subtracted from each token's reward after ROLL's reward normalisation."""
+    algo = spec.algorithm
+    if algo.kl_coef <= 0 or (algo.kl_estimator is None and algo.kl_in is None):
+        return {}
+    estimator, where = kl_setting(algo)
+    if where == "loss":
+        return {"use_kl_loss": True, "kl_loss_coef": algo.kl_coef, "add_token_level_kl": False, "init_kl_coef": 0.0}
+    return {"use_kl_loss": False, "kl_loss_coef": 0.0, "add_token_level_kl": True, "init_kl_coef": algo.kl_coef,
+            "kl_penalty": KL_PENALTIES.get(estimator, estimator)}
+
+
+def recipe_refusals(spec: Spec) -> dict[str, str]:
+    """The KL and rollout settings of the spec ROLL cannot honour (they depend on the estimator's placement and the
+    job's GPUs): the field's path -> why."""
+    algo = spec.algorithm
+    out: dict[str, str] = {}
+    if algo.kl_coef > 0 and (algo.kl_estimator is not None or algo.kl_in is not None):
+        estimator, where = kl_setting(algo)
+        field = "algorithm.kl_estimator" if algo.kl_estimator else "algorithm.kl_in"
+        if where == "loss" and estimator != "k3":
+            out[field] = KL_LOSS_WHY
+        elif where == "reward" and estimator not in KL_PENALTIES:
+            out[field] = KL_REWARD_K3_WHY
+    if off_policy(spec) and len(train_gpus(spec)) == 0:
+        out["algorithm.rollout"] = ROLLOUT_GPUS_WHY
     return out
 
 

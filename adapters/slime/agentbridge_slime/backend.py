@@ -4,21 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from agentbridge import adapter as kit
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.spec import Spec
 from agentbridge_slime import SLIME_COMMIT, SLIME_PIN, SLIME_REPO, __version__
 from agentbridge_slime.config import (
     ALGORITHMS,
+    ASYNC_WHY,
     CONFIG_NAME,
     CUSTOM_CONFIG,
     GROUPED,
     NOTES,
     WHY_NOT,
     SlimeOptions,
+    custom_config,
+    entry,
     gpus_per_node,
     job_config,
+    one_step_off,
     options,
+    recipe_refusals,
 )
 from agentbridge_slime.data import task_row
 
@@ -33,7 +40,8 @@ class SlimeBackend(kit.Adapter):
                                                          "tokens"},
                       "scale_advantages": {"batch": "slime's grpo advantage divides by the group's std or by nothing "
                                            "(--disable-grpo-std-normalization); --normalize-advantages whitens "
-                                           "afterwards, which is not the same"}}
+                                           "afterwards, which is not the same"},
+                      "rollout": {"async": ASYNC_WHY, "async+partial": ASYNC_WHY}}
     epochs_why_not = "slime trains each rollout once: it has no epochs flag"
     lora_why_not = "slime trains every parameter with Megatron: it has no LoRA"
     validator, conformance_module = "agentbridge_slime.validate", "agentbridge_slime.conformance"
@@ -55,8 +63,16 @@ class SlimeBackend(kit.Adapter):
                    "validation run on CPU", "images: not wired (the generate function sends SGLang token ids only)",
                    f"not on the package index: verified against {SLIME_PIN} (adapters/slime/README.md)"])
 
+    def recipe_refusals(self, spec: Spec) -> dict[str, str]:
+        """The declared refusals, and the KL and rollout settings slime cannot honour (they depend on the algorithm
+        and the job's GPUs: ``config.recipe_refusals``)."""
+        return {**super().recipe_refusals(spec), **recipe_refusals(spec)}
+
     def spec_problems(self, spec: Spec) -> list[Problem]:
         problems = []
+        if one_step_off(spec) and spec.backend.name == self.name and spec.backend.options.get("colocate") is True:
+            problems.append(Problem("backend.options.colocate", "must be false with algorithm.rollout one_step_off: "
+                                    "slime's train_async.py asserts not args.colocate"))
         if spec.agent.sampling.top_p != 1.0:
             problems.append(Problem("agent.sampling.top_p", "must be 1.0 on slime: below 1 slime trains on the "
                                     "engine's top-p nucleus ids (rollout_top_p_token_ids), which agentbridge's driver "
@@ -74,7 +90,8 @@ class SlimeBackend(kit.Adapter):
     def write_files(self, draft: kit.Draft) -> None:
         out = draft.out
         (out / CUSTOM_CONFIG).write_text("# slime's --custom-config-path: slime sets these keys on its args; the "
-                                         "generate function reads the spec from here\nagentbridge_spec: spec.yaml\n")
+                                         "generate function reads the spec from here\n"
+                                         + yaml.safe_dump(custom_config(draft.spec), sort_keys=False))
 
     def manifest_extra(self, draft: kit.Draft) -> dict[str, Any]:
         spec = draft.spec
@@ -98,6 +115,12 @@ class SlimeBackend(kit.Adapter):
         if spec.algorithm.name == "dapo":
             notes.append("algorithm.name dapo: clip 0.2/0.28, token-level loss and slime's dynamic-sampling filter; no "
                          "overlong shaping")
+        if one_step_off(spec):
+            flags = draft.config
+            notes.append(f"algorithm.rollout one_step_off: slime's train_async.py (rollout n+1 is generated with the "
+                         f"weights of step n-1 while step n trains), not colocated: the actor on "
+                         f"{flags.get('actor-num-nodes')} x {flags.get('actor-num-gpus-per-node')} GPU(s), SGLang "
+                         f"on {flags.get('rollout-num-gpus')}")
         if options(spec)["model_script"] is None:
             notes.append("backend.options.model_script is not set: Megatron needs the model's architecture flags; "
                          "set it to one of slime's scripts/models/*.sh (e.g. qwen2.5-3B), or MODEL_ARGS_FILE to such a "
@@ -139,7 +162,7 @@ class SlimeBackend(kit.Adapter):
             'mapfile -d "" ARGS < <("$PYTHON" -m agentbridge_slime.args "$ROOT" --model "$MODEL" \\',
             '  --run-dir "$RUN_DIR" --load "${LOAD:-}" --ref-load "${REF_LOAD:-}")',
             '[ "${#ARGS[@]}" -gt 0 ] || { echo "launch.sh: agentbridge_slime.args gave no arguments" >&2; exit 1; }',
-            '"$PYTHON" "$SLIME_DIR/train.py" "${MODEL_ARGS[@]}" "${ARGS[@]}" "$@"',
+            f'"$PYTHON" "$SLIME_DIR/{entry(spec)}" "${{MODEL_ARGS[@]}}" "${{ARGS[@]}}" "$@"',
             "# the run format every backend writes: slime's TensorBoard scalars as metrics.jsonl (on_metrics, "
             "trackers)",
             '"$PYTHON" -m agentbridge_slime.run_metrics "$RUN_DIR" --job "$ROOT" || true',

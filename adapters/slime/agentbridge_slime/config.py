@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, PositiveInt, StringConstraints
 
 from agentbridge.adapter import flatten
 from agentbridge.spec import Spec
-from agentbridge.spec.recipe import clip_range, dual_clip
+from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
 
 CONFIG_NAME = "slime_job.yaml"
 SAVE_DIR = "${RUN_DIR}/checkpoints"  # --save: Megatron's torch_dist checkpoints (iter_NNNNNNN)
@@ -56,6 +56,23 @@ LOSS_AGG_FLAGS: dict[str, dict[str, Any]] = {
                                 "custom-pg-loss-reducer-function-path": DR_GRPO_REDUCER},
 }
 KL_IN_REWARD = ("reinforce_pp", "ppo")  # the others take KL as a k3 (low_var_kl) term in the loss
+# algorithm.kl_estimator -> --kl-loss-type (slime/utils/ppo_utils.compute_approx_kl: k1 d, k2 d^2/2, k3 / low_var_kl
+# exp(-d) + d - 1, low_var_kl clamped to [-10, 10]); one flag for the KL loss and the KL in the reward (--kl-coef)
+KL_LOSS_TYPES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
+# is_correction: token truncate is --use-tis (vanilla_tis_function: clamp(w, tis_clip_low 0, tis_clip)); token mask
+# slime's IcePop (w kept in [tis_clip_low, tis_clip], else 0); the sequence level slime's MIS helper, its keys in the
+# job's custom config (args)
+ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
+MIS = "examples.train_infer_mismatch_helper.mis.compute_mis_weights_with_cp"
+ASYNC_ENTRY = "train_async.py"  # one_step_off: rollout n+1 generated (weights of step n-1) while step n trains
+# why slime cannot honour a recipe value (SlimeBackend.recipe_why_not / recipe_refusals)
+KL_REWARD_WHY = ("slime's grpo and gspo returns (get_grpo_returns) ignore the KL: --kl-coef shapes the rewards of "
+                 "reinforce_plus_plus and ppo only")
+ASYNC_WHY = ("slime's asynchronous trainer, train_async.py, is one step off (algorithm.rollout.mode one_step_off); "
+             "its fully-async rollout (slime.rollout.fully_async_rollout) bounds no staleness and requeues an aborted "
+             "group to start over")
+ONE_STEP_GPUS_WHY = ("slime's train_async.py does not colocate (it asserts not args.colocate): the actor and SGLang "
+                     "need GPUs of their own, 2 or more")
 GROUPED = ("grpo", "dr_grpo", "dapo", "gspo")
 # why slime cannot run the others (the capability error says it, naming the backends that can)
 WHY_NOT = {"rloo": "slime's --advantage-estimator has no leave-one-out baseline (grpo, gspo, cispo, "
@@ -190,11 +207,63 @@ def settings(spec: Spec) -> dict[str, Any]:
         flags["over-sampling-batch-size"] = algo.batch_size
     flags.update(recipe_flags(spec))
     if algo.kl_coef > 0:
-        if algo.name in KL_IN_REWARD:
+        estimator, where = kl_setting(algo)  # the preset's: k1 in the reward (reinforce_pp, ppo), else k3 in the loss
+        if where == "reward":  # only one of kl_coef and kl_loss_coef may be set (slime_validate_args)
             flags["kl-coef"] = algo.kl_coef
+            if algo.kl_estimator is not None or algo.kl_in is not None:
+                flags["kl-loss-type"] = KL_LOSS_TYPES[estimator]
         else:
-            flags.update({"use-kl-loss": True, "kl-loss-coef": algo.kl_coef, "kl-loss-type": "low_var_kl"})
+            flags.update({"use-kl-loss": True, "kl-loss-coef": algo.kl_coef, "kl-loss-type": KL_LOSS_TYPES[estimator]})
+    flags.update(placement_flags(spec))
     return flags
+
+
+def one_step_off(spec: Spec) -> bool:
+    """Whether the spec asks for one-step off-policy rollouts (slime's ``train_async.py``)."""
+    return spec.algorithm.rollout is not None and spec.algorithm.rollout.mode == "one_step_off"
+
+
+def entry(spec: Spec) -> str:
+    """slime's trainer script for the spec: ``train_async.py`` one step off, ``train.py`` otherwise."""
+    return ASYNC_ENTRY if one_step_off(spec) else "train.py"
+
+
+def placement_flags(spec: Spec) -> dict[str, Any]:
+    """One step off: the actor and the rollout engines on GPUs of their own (``train_async.py`` refuses
+    ``--colocate``): the actor on the first half of the job's GPUs (whole nodes when there are several), SGLang on the
+    rest (``--rollout-num-gpus``); none otherwise."""
+    if not one_step_off(spec):
+        return {}
+    gpus, nodes = gpus_per_node(spec), spec.resources.nodes
+    actor_nodes, actor_gpus = (1, gpus // 2) if nodes == 1 else (nodes // 2, gpus)
+    return {"colocate": False, "actor-num-nodes": actor_nodes, "actor-num-gpus-per-node": actor_gpus,
+            "rollout-num-gpus": nodes * gpus - actor_nodes * actor_gpus}
+
+
+def recipe_refusals(spec: Spec) -> dict[str, str]:
+    """The KL and rollout settings of the spec slime cannot honour (they depend on the algorithm and the job's
+    GPUs): the field's path -> why."""
+    algo, out = spec.algorithm, {}
+    if algo.kl_coef > 0 and (algo.kl_estimator is not None or algo.kl_in is not None):
+        if kl_setting(algo)[1] == "reward" and algo.name not in KL_IN_REWARD:
+            out["algorithm.kl_in"] = KL_REWARD_WHY
+    if one_step_off(spec) and gpus_per_node(spec) * spec.resources.nodes < 2:
+        out["algorithm.rollout"] = ONE_STEP_GPUS_WHY
+    return out
+
+
+def custom_config(spec: Spec) -> dict[str, Any]:
+    """The job's ``--custom-config-path`` keys (slime sets each on ``args``): the spec's path for the generate
+    function; for a sequence-level IS correction the keys slime's MIS helper reads (examples/
+    train_infer_mismatch_helper/mis.py: the weight at ``tis_level``, truncated or masked at ``tis_upper_bound``, no
+    lower bound, no rejection sampling, no batch normalisation)."""
+    out: dict[str, Any] = {"agentbridge_spec": "spec.yaml"}
+    isc = spec.algorithm.is_correction
+    if isc is not None and isc.level == "sequence":
+        out.update({"tis_level": "sequence", "tis_mode": isc.mode, "tis_lower_bound": 0.0,
+                    "tis_upper_bound": isc.cap, "use_rs": False, "rs_level": "sequence", "rs_lower_bound": None,
+                    "rs_upper_bound": None, "rs_veto_threshold": None, "tis_batch_normalize": False})
+    return out
 
 
 def recipe_flags(spec: Spec) -> dict[str, Any]:
@@ -217,6 +286,13 @@ def recipe_flags(spec: Spec) -> dict[str, Any]:
         out["disable-grpo-std-normalization"] = algo.scale_advantages == "none"
     if algo.mini_batches is not None:  # samples per optimizer step; epochs above 1 are refused
         out["global-batch-size"] = algo.batch_size * algo.group_size // algo.mini_batches
+    isc = algo.is_correction
+    if isc is not None:  # the trainer's recomputed old log-probs against the engine's (use_tis refuses the other)
+        out.update({"use-rollout-logprobs": False, "use-tis": True, "tis-clip": isc.cap})
+        if isc.level == "sequence":
+            out["custom-tis-function-path"] = MIS
+        elif isc.mode == "mask":
+            out["custom-tis-function-path"] = ICEPOP
     return out
 
 

@@ -117,10 +117,11 @@ def semantics_of(args: Any) -> dict[str, str]:
     aggregation = ("seq-mean-token-sum-norm" if reducer and reducer.endswith("dr_grpo_pg_loss_reducer") else
                    "token-mean" if args.calculate_per_token_loss else "seq-mean-token-mean")
     kl = []
+    estimator = KL_ESTIMATORS.get(args.kl_loss_type, args.kl_loss_type)  # one --kl-loss-type for loss and reward
     if args.use_kl_loss and args.kl_loss_coef:
-        kl.append(f"{KL_ESTIMATORS.get(args.kl_loss_type, args.kl_loss_type)} in the loss, coef {args.kl_loss_coef}")
+        kl.append(f"{estimator} in the loss, coef {args.kl_loss_coef}")
     if args.kl_coef:
-        kl.append(f"k1 in the reward, coef {args.kl_coef}")
+        kl.append(f"{estimator} in the reward, coef {args.kl_coef}")
     level = "sequence" if est == "gspo" else "token"
     top_k = args.rollout_top_k
     return {
@@ -129,6 +130,7 @@ def semantics_of(args: Any) -> dict[str, str]:
                                            f" · --calculate-per-token-loss {args.calculate_per_token_loss}"),
         "clip": f"({args.eps_clip}, {args.eps_clip_high}) on {level} ratios · --eps-clip, --eps-clip-high",
         "KL": "; ".join(kl) or "none",
+        "IS correction": is_semantics(args),
         "group filtering": ("groups with equal rewards dropped" if args.dynamic_sampling_filter_path else "none")
                            + (f" · {args.dynamic_sampling_filter_path}" if args.dynamic_sampling_filter_path else ""),
         "sampling": f"temperature {args.rollout_temperature}, top_p {args.rollout_top_p}, "
@@ -139,6 +141,38 @@ def semantics_of(args: Any) -> dict[str, str]:
         "batch": f"{args.rollout_batch_size} prompts x {args.n_samples_per_prompt} samples · global batch "
                  f"{args.global_batch_size} samples",
     }
+
+
+def is_semantics(args: Any) -> str:
+    """The ``IS correction`` aspect of slime's args: ``--use-tis`` with slime's own TIS (token, truncate at
+    ``--tis-clip``), its IcePop (token, mask above it) or its MIS helper (``tis_level`` / ``tis_mode`` /
+    ``tis_upper_bound`` from the custom config), in the shared words of ``spec.recipe.is_correction_words``."""
+    from agentbridge.spec.recipe import is_correction_words
+
+    if not args.use_tis:
+        return "none · --use-tis off"
+    path = args.custom_tis_function_path
+    if path is None:
+        return f"{is_correction_words('token', 'truncate', args.tis_clip)} · --use-tis, --tis-clip {args.tis_clip:g}"
+    if path.endswith(".icepop_function"):
+        return f"{is_correction_words('token', 'mask', args.tis_clip)} · --use-tis, {path}"
+    if path.endswith(".compute_mis_weights_with_cp"):
+        words = is_correction_words(getattr(args, "tis_level", "?"), getattr(args, "tis_mode", "?"),
+                                    float(getattr(args, "tis_upper_bound", 0.0)))
+        return f"{words} · --use-tis, {path}"
+    return f"custom · --custom-tis-function-path {path}"
+
+
+def rollout_semantics(job_dir: Path) -> str:
+    """The ``rollout mode`` aspect of a slime job: the trainer its launch.sh runs (``train_async.py``: one step off;
+    ``train.py``: synchronous), in the shared words of ``spec.recipe.rollout_words``."""
+    from agentbridge.spec.recipe import rollout_words
+    from agentbridge_slime.config import ASYNC_ENTRY
+
+    launch = (Path(job_dir) / "launch.sh").read_text() if (Path(job_dir) / "launch.sh").is_file() else ""
+    if f"$SLIME_DIR/{ASYNC_ENTRY}" in launch:
+        return f"{rollout_words('one_step_off')} · {ASYNC_ENTRY}"
+    return f"{rollout_words('sync')} · train.py"
 
 
 def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
@@ -200,6 +234,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
     except (AssertionError, ValueError, FileNotFoundError, KeyError) as e:
         return [*problems, Problem("slime_job.yaml", f"slime's slime_validate_args rejects it: {kit.first_line(e)}")]
     semantics.update(semantics_of(args))
+    semantics["rollout mode"] = rollout_semantics(job_dir)
     skipped.append("Megatron-LM's parser and megatron_validate_args (model architecture, parallelism): run by "
                    "slime's train.py on the cluster" + (f"; flags only Megatron declares: {', '.join(unchecked)}"
                                                        if unchecked else ""))
