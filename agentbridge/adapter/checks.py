@@ -7,6 +7,7 @@ from typing import Any
 
 from agentbridge.backends import Problem, algorithm_problem, known_capabilities
 from agentbridge.spec import Spec
+from agentbridge.spec.recipe import recipe_key
 
 
 def algorithm_check(backend: Any, spec: Spec, why_not: Mapping[str, str] | None = None) -> list[Problem]:
@@ -100,7 +101,12 @@ def recipe_problems(backend: Any, spec: Spec) -> list[Problem]:
         for part in where.split("."):
             value = getattr(value, part, None)
         field = where.rsplit(".", 1)[-1]
-        setting = f"{field} {value}" if isinstance(value, (str, int, float)) else where
+        if isinstance(value, (str, int, float)):
+            setting = f"{field} {value}"
+        elif field in ("is_correction", "rollout"):  # the block as the refusal is keyed: token_mask, async+partial
+            setting = f"{field} {recipe_key(field, value)}"
+        else:
+            setting = where
         problems.append(Problem(where, f"{backend.name} cannot run {spec.algorithm.name} with {setting} ({why}){hint}"))
     return problems
 

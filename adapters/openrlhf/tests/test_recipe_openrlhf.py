@@ -98,7 +98,9 @@ def test_refused_knobs_are_one_line(sets: list[str], where: str, why: str) -> No
     problems = OpenRLHFBackend().check(load_spec(CALC, [*GRPO, *sets]))
     assert [p.where for p in problems] == [where] and "\n" not in str(problems[0])
     algo = "gspo" if "algorithm.name=gspo" in sets else "grpo"
-    assert problems[0].message.startswith(f"openrlhf cannot run {algo} with algorithm.is_correction ({why}); ")
+    key = "_".join(s.rsplit("=", 1)[1] for s in sets if s.startswith("algorithm.is_correction."))
+    key = key if "_" in key else f"{key}_truncate"  # the mode left at its default
+    assert problems[0].message.startswith(f"openrlhf cannot run {algo} with is_correction {key} ({why}); ")
 
 
 def test_refusals_name_the_backends_whose_check_accepts_the_knob() -> None:
