@@ -107,12 +107,16 @@ def capabilities() -> dict[str, Any]:
 
 
 def _probe_spec(algorithm: Mapping[str, Any], backend: str) -> Any:
-    """The smallest valid spec with ``algorithm`` set, for ``backend``."""
+    """The smallest valid spec with ``algorithm`` set, for ``backend``; on one 8-GPU node when it asks for
+    off-policy rollouts (which split the GPUs between generation and training)."""
     from agentbridge.spec import Spec
 
+    rollout = algorithm.get("rollout") or {}
+    resources = {"nodes": 1, "gpus_per_node": 8 if rollout.get("mode", "sync") != "sync" else 0}
     return Spec.model_validate({
         "name": "probe", "environment": {"id": "math/calculator"}, "reward": [{"id": "math/exact_answer"}],
-        "data": {"train": {"id": "math/arithmetic"}}, "algorithm": dict(algorithm), "backend": {"name": backend}})
+        "data": {"train": {"id": "math/arithmetic"}}, "algorithm": dict(algorithm), "resources": resources,
+        "backend": {"name": backend}})
 
 
 def _recipe_probes() -> list[tuple[str, str, dict[str, Any]]]:
@@ -125,11 +129,10 @@ def _recipe_probes() -> list[tuple[str, str, dict[str, Any]]]:
         for mode in recipe.LOSS_AGG:
             label = f"loss_agg: {mode}" + ("" if algorithm == "grpo" else f" (under {algorithm})")
             probes.append(("loss_agg", label, {"name": algorithm, "loss_agg": mode}))
-    for estimator in get_args(recipe.KlEstimator):
-        probes.append(("kl_estimator", f"kl_estimator: {estimator}",
-                       {"name": "grpo", "kl_coef": 0.05, "kl_estimator": estimator}))
     for where in get_args(recipe.KlIn):
-        probes.append(("kl_in", f"kl_in: {where}", {"name": "grpo", "kl_coef": 0.05, "kl_in": where}))
+        for estimator in get_args(recipe.KlEstimator):
+            probes.append(("kl_in", f"kl_estimator: {estimator}, kl_in: {where}",
+                           {"name": "grpo", "kl_coef": 0.05, "kl_in": where, "kl_estimator": estimator}))
     for level in get_args(recipe.IsLevel):
         for mode in get_args(recipe.IsMode):
             probes.append(("is_correction", f"is_correction: {level} {mode}",
@@ -174,7 +177,9 @@ def recipe_support() -> tuple[list[str], dict[str, dict[str, str | None]], dict[
                 except Exception as e:  # noqa: BLE001 - a broken check is shown, not hidden
                     problems, why = [], f"its check raised {type(e).__name__}: {e}"
                 else:
-                    refusals = [p.message for p in problems if str(p.where).startswith(f"algorithm.{field}")]
+                    # a KL refusal may be filed under either KL knob: the pair decides it
+                    prefix = "algorithm.kl_" if field.startswith("kl_") else f"algorithm.{field}"
+                    refusals = [p.message for p in problems if str(p.where).startswith(prefix)]
                     why = refusals[0] if refusals else None
                 source[name] = "its installed adapter's check"
             elif field == "loss_agg" and table_why_not is not None:
