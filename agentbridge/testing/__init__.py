@@ -14,6 +14,7 @@ from agentbridge.testing.environments import (
 from agentbridge.testing.harness import (
     ExitAfterReport,
     TimedRay,
+    assert_refusal_names_who_can,
     logical_gpu_cluster,
     merge_as_ray_init,
     ray_driver_env,
@@ -21,7 +22,21 @@ from agentbridge.testing.harness import (
     short_training_run,
 )
 
-__all__ = ["EnvironmentCheckError", "ExitAfterReport", "TimedRay", "check_environment", "check_seed_block_dataset",
-           "environment_problems", "environment_problems_async", "logical_gpu_cluster", "merge_as_ray_init",
-           "message_problem", "ray_driver_env", "ray_job_submitted", "short_training_run", "step_result_problems",
-           "tool_schema_problems"]
+__all__ = [
+    "EnvironmentCheckError",
+    "ExitAfterReport",
+    "TimedRay",
+    "assert_refusal_names_who_can",
+    "check_environment",
+    "check_seed_block_dataset",
+    "environment_problems",
+    "environment_problems_async",
+    "logical_gpu_cluster",
+    "merge_as_ray_init",
+    "message_problem",
+    "ray_driver_env",
+    "ray_job_submitted",
+    "short_training_run",
+    "step_result_problems",
+    "tool_schema_problems",
+]

@@ -217,3 +217,21 @@ def _short_run_env(here: Path) -> dict[str, str]:
     return env
 
 
+
+
+def assert_refusal_names_who_can(line: str, field: str, spec: Any, refusing: str) -> None:
+    """Assert that a recipe refusal by backend ``refusing`` is one line whose hint names exactly the installed
+    backends that run the spec's algorithm and whose own check raises nothing at ``field``."""
+    from agentbridge.plugins import get_plugins
+
+    head, _, hint = line.rpartition("; ")
+    assert head and "\n" not in line
+    named = set() if hint == "no installed backend can" else set(hint.removeprefix("backends that can: ").split(", "))
+    registry = get_plugins().backends
+    for name in registry.ids():
+        if name == refusing:
+            continue
+        other = registry.get(name)
+        can = spec.algorithm.name in other.capabilities().algorithms and \
+            not [p for p in other.check(spec) if p.where == field]
+        assert (name in named) == can, (name, line)

@@ -14,8 +14,8 @@ from roll_helpers import needs_roll
 
 from agentbridge.backends import Job
 from agentbridge.conformance.suite import golden_spec
-from agentbridge.plugins import get_plugins
 from agentbridge.spec import Spec
+from agentbridge.testing import assert_refusal_names_who_can
 from agentbridge_roll.backend import RollBackend
 
 GRPO = ["algorithm.name=grpo"]
@@ -106,22 +106,6 @@ def test_rollout_mode_is_rolls_async_generation_ratio(sets: list[str], ratio: in
         max(1, trajectories // (2 if ratio else 4))
 
 
-def _assert_names_who_can(line: str, field: str, spec: Spec) -> None:
-    """The refusal's hint names exactly the installed backends that run the spec's algorithm and whose own check
-    raises nothing at ``field``."""
-    head, _, hint = line.rpartition("; ")
-    assert head and "\n" not in line
-    named = set() if hint == "no installed backend can" else set(hint.removeprefix("backends that can: ").split(", "))
-    registry = get_plugins().backends
-    for name in registry.ids():
-        if name == "roll":
-            continue
-        other = registry.get(name)
-        can = spec.algorithm.name in other.capabilities().algorithms and \
-            not [p for p in other.check(spec) if p.where == field]
-        assert (name in named) == can, (name, line)
-
-
 @pytest.mark.parametrize(("sets", "field", "why"), [
     ([*GRPO, "algorithm.kl_coef=0.05", "algorithm.kl_estimator=k1"], "algorithm.kl_estimator",
      "kl_penalty='k3') whatever the config says"),
@@ -142,7 +126,7 @@ def test_a_refused_knob_is_one_line_naming_who_can(sets: list[str], field: str, 
     assert len(problems) == 1, problems
     (line,) = problems
     assert line.startswith(f"{field}: roll cannot run {spec.algorithm.name} with ") and why in line, line
-    _assert_names_who_can(line, field, spec)
+    assert_refusal_names_who_can(line, field, spec, "roll")
 
 
 def _golden_job(tmp_path: Path, *sets: str) -> Path:

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from slime_testkit import EXAMPLE, ROOT, SMALL, compile_job, needs_slime
 
-from agentbridge.plugins import get_plugins
-from agentbridge.spec import Spec, load_spec
+from agentbridge.spec import load_spec
+from agentbridge.testing import assert_refusal_names_who_can
 from agentbridge_slime.backend import SlimeBackend
 from agentbridge_slime.config import ICEPOP, MIS
 
@@ -97,22 +97,6 @@ def test_one_step_off_with_colocate_is_refused() -> None:
         "not args.colocate"]
 
 
-def _assert_names_who_can(line: str, field: str, spec: Spec) -> None:
-    """The refusal's hint names exactly the installed backends that run the spec's algorithm and whose own check
-    raises nothing at ``field``."""
-    head, _, hint = line.rpartition("; ")
-    assert head and "\n" not in line
-    named = set() if hint == "no installed backend can" else set(hint.removeprefix("backends that can: ").split(", "))
-    registry = get_plugins().backends
-    for name in registry.ids():
-        if name == "slime":
-            continue
-        other = registry.get(name)
-        can = spec.algorithm.name in other.capabilities().algorithms and \
-            not [p for p in other.check(spec) if p.where == field]
-        assert (name in named) == can, (name, line)
-
-
 @pytest.mark.parametrize(("sets", "field", "why"), [
     ([*GRPO, "algorithm.kl_coef=0.05", "algorithm.kl_in=reward", "algorithm.kl_estimator=k1"], "algorithm.kl_in",
      "get_grpo_returns) ignore the KL"),
@@ -129,7 +113,7 @@ def test_a_refused_knob_is_one_line_naming_who_can(sets: list[str], field: str, 
     assert len(problems) == 1, problems
     (line,) = problems
     assert line.startswith(f"{field}: slime cannot run {spec.algorithm.name} with ") and why in line, line
-    _assert_names_who_can(line, field, spec)
+    assert_refusal_names_who_can(line, field, spec, "slime")
 
 
 @needs_slime
