@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from agentbridge.runs import RUN_DIR_ENV  # where record_episode writes episodes.jsonl
 
 SCRIPT_HEAD = ("#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"')
 
@@ -66,3 +69,40 @@ def ray_submit_lines(python: str, environment: str) -> list[str]:
         "node shares (now: '${RUN_DIR:-}')\" >&2; exit 2 ;; esac",
         "RAY_ADDRESS=\"${RAY_ADDRESS:-http://127.0.0.1:8265}\"",
     ]
+
+
+def worker_env(run_dir: str = "$RUN_DIR", exported: Iterable[str] = ()) -> dict[str, str]:
+    """The environment variables every Ray worker of a run needs for the run format, ``{name: shell expression}``
+    (each expanded inside double quotes when the script runs): ``AGENTBRIDGE_RUN_DIR`` = ``run_dir`` (an absolute
+    path: :func:`agentbridge.runs.record_episode` appends the driver's episodes to
+    ``$AGENTBRIDGE_RUN_DIR/episodes.jsonl`` in whichever worker runs the agent), then each variable in ``exported``
+    with its value in the script (``$NAME``): e.g. a metrics file the backend's trainer writes, or the trackers'
+    directories.
+
+    A worker on a running cluster inherits none of the entrypoint's environment: Ray starts it from its node's raylet
+    with only the runtime env of its job (the Job's, merged with the one the backend's ``ray.init`` receives) and
+    the actor's own. So these travel in that runtime env: in the Job's (:func:`runtime_env_json_lines`, when no key
+    collides with the backend's ``ray.init``) or in the backend's own ``ray.init`` setting (veRL's
+    ``ray_kwargs.ray_init.runtime_env.env_vars``)."""
+    return {RUN_DIR_ENV: run_dir, **{name: f"${{{name}}}" for name in exported}}
+
+
+# a bash function printing its argument as a JSON string: backslash, quote, newline and tab escaped (any bash >= 4)
+JSON_STRING_FUNCTION = (r"""json_string() { local s="$1" b='\' q='"'; s="${s//"$b"/"$b$b"}"; """
+                        r"""s="${s//"$q"/"$b$q"}"; s="${s//$'\n'/"${b}n"}"; s="${s//$'\t'/"${b}t"}"; """
+                        r"""printf '"%s"' "$s"; }""")
+
+
+def runtime_env_json_lines(var: str, env_vars: Mapping[str, str], **fields: object) -> list[str]:
+    """Lines that set ``$VAR`` to a Ray runtime env in JSON (for ``ray job submit --runtime-env-json "$VAR"``):
+    ``fields`` as given (e.g. ``excludes``) and ``env_vars``, whose values are shell expressions (e.g.
+    :func:`worker_env`'s) expanded when the script runs and escaped for JSON there (a ``"`` or ``\\`` in a path
+    stays data)."""
+    marks = {json.dumps(f"@ENV{i}@"): value for i, value in enumerate(env_vars.values())}
+    runtime_env = {**fields, **({"env_vars": dict(zip(env_vars, (json.loads(m) for m in marks), strict=True))}
+                                if env_vars else {})}
+    parts = re.split("(" + "|".join(map(re.escape, marks)) + ")", json.dumps(runtime_env)) if marks \
+        else [json.dumps(runtime_env)]
+    word = "".join(f'"$(json_string "{marks[part]}")"' if part in marks else shlex.quote(part)
+                   for part in parts if part)
+    return [JSON_STRING_FUNCTION, f"{var}={word}"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
+from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
 from agentbridge.backends import Capabilities, Job, JobError, Problem
 from agentbridge.models import is_vlm
 from agentbridge.runs import write_jsonl
@@ -220,8 +221,8 @@ class OpenRLHFBackend(kit.Adapter):
         warm = NOTES[-1] if ws is not None and ws.control else None  # "algorithm.warm_start.control is not run"
         trackers = [t for t in spec.logging.enabled() if t != "tensorboard"]
         late = (f"logging.{' and logging.'.join(trackers)}: fed after OpenRLHF's trainer ends, from its TensorBoard "
-                "events, not live (launch.sh runs agentbridge_openrlhf.run_metrics; after submit.sh, run it where "
-                "OUT is)") if trackers else None
+                "events, not live (launch.sh, and submit.sh's Ray job, run agentbridge_openrlhf.run_metrics)"
+                ) if trackers else None
         filtering = None
         if values.get("algo.dynamic_filtering_enable"):
             prompts = int(values["data.max_samples"]) * int(values["train.num_episodes"])
@@ -321,6 +322,12 @@ def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
         '  MODEL="$MODEL" "$PYTHON" -m agentbridge_openrlhf.cluster "$JOB" "$@"',
         '  mkdir -p "$OUT"',
         '  export AGENTBRIDGE_RUN_DIR="$(cd "$OUT" && pwd)"',
+        "  # a Ray cluster already running starts OpenRLHF's workers with none of this shell's variables, and",
+        "  # OpenRLHF's ray.init passes on only its own: they see AGENTBRIDGE_RUN_DIR from a Job's runtime env alone",
+        '  if [ -n "${RAY_ADDRESS:-}" ]; then',
+        '    echo "agentbridge: OpenRLHF joins the Ray cluster at $RAY_ADDRESS: its workers record episodes in'
+        ' $AGENTBRIDGE_RUN_DIR only if the Ray job sets AGENTBRIDGE_RUN_DIR (submit.sh does)" >&2',
+        "  fi",
         "fi",
         *before,
         *_reward_server_lines(spec, start=True),
@@ -336,18 +343,24 @@ def _launch_lines(spec: Spec, argv: list[str]) -> list[str]:
 
 
 def _submit_lines(spec: Spec, argv: list[str]) -> list[str]:
-    # no env_vars: OpenRLHF's train() passes its own to ray.init, and Ray refuses a Job that sets any of the same
-    # keys; it takes their values from the driver's environment, which the entrypoint sets
-    env: dict[str, Any] = {"excludes": ["runs/", "out/", "__pycache__/"]}
+    """``submit.sh``: submits itself as the Ray job's entrypoint (``AGENTBRIDGE_RAY_JOB=1``), which then runs what
+    ``launch.sh`` runs around the trainer: the cluster check, agentbridge's phases and the metrics conversion. The
+    Job's runtime env carries the run format's variables to every worker; no key of OpenRLHF's own ``ray.init``
+    (``TOKENIZERS_PARALLELISM``, ``NCCL_DEBUG``, ``RAY_ENABLE_ZERO_COPY_TORCH_TENSORS``: Ray refuses a Job that sets
+    any of them, and ``train()`` takes their values from the entrypoint's environment)."""
+    before, after = launch_lines(spec, job="$JOB", run_dir="$OUT", checkpoint="$OUT/ckpt")
+    env_vars = worker_env("$OUT")  # OUT is absolute: where the executor records the episodes
     if served(spec) is not None:  # the workers call the reward-model server: its address travels in the Job's env
-        env["env_vars"] = {"AGENTBRIDGE_REWARD_MODEL_URL": "@RM_URL@"}
-    runtime_env = shlex.quote(json.dumps(env)).replace("@RM_URL@", "'\"$AGENTBRIDGE_REWARD_MODEL_URL\"'")
+        env_vars["AGENTBRIDGE_REWARD_MODEL_URL"] = "$AGENTBRIDGE_REWARD_MODEL_URL"
+    runtime_env = runtime_env_json_lines("RUNTIME_ENV", env_vars, excludes=["runs/", "out/", "__pycache__/"])
+    in_job = 'if [ "${AGENTBRIDGE_RAY_JOB:-}" = 1 ]; then'
     return [
         f"# The same job as a Ray job on a GPU cluster (OpenRLHF {OPENRLHF_PIN}). The job directory is the",
         "# working_dir, so paths are relative to it. Every node needs agentbridge-openrlhf[backend] and the spec's",
-        "# plugins installed; MODEL must be a path the cluster nodes can read. OUT (the trained model, checkpoints,",
-        "# TensorBoard events) is written by the actors wherever they run: an absolute path on storage all nodes",
-        "# share (a relative one lands in a node's copy of the working_dir, and is lost with it).",
+        "# plugins installed; PYTHON is that environment's interpreter on the node Ray runs the entrypoint on, and",
+        "# MODEL a path the cluster nodes can read. OUT (the run directory: the trained model, checkpoints,",
+        "# TensorBoard events, episodes.jsonl, the evaluation arms) is written by the actors wherever they run: an",
+        "# absolute path on storage all nodes share (a relative one lands in a node's copy of the working_dir).",
         'if [ "${1:-}" != "--print-args" ]; then',
         "  case \"${OUT:-}\" in /*) ;; *) echo \"submit.sh: set OUT to an absolute directory on storage every node "
         "shares (now: '${OUT:-}')\" >&2; exit 2 ;; esac",
@@ -357,9 +370,27 @@ def _submit_lines(spec: Spec, argv: list[str]) -> list[str]:
         _model_line(spec),
         'OUT="${OUT:-out}"  # what --print-args shows without one',
         *_reward_server_lines(spec, start=False),
+        "# in the Ray job (this script is its entrypoint, AGENTBRIDGE_RAY_JOB=1, on the node Ray picks): first the",
+        "# cluster must have the GPUs the job asks for (OpenRLHF waits forever), then agentbridge's phases as in",
+        "# launch.sh: held-out eval and the warm start (on that node) before the trainer",
+        in_job,
+        '  MODEL="$MODEL" "$PYTHON" -m agentbridge_openrlhf.cluster "$JOB" "$@"',
+        '  mkdir -p "$OUT"',
+        *(f"  {line}" for line in before),
+        "fi",
         *_args_block(argv, job_variable=False),
         'if [ "${1:-}" = "--print-args" ]; then printf \'%s\\0\' "${ARGS[@]}"; exit 0; fi',
-        f"exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\\n"
-        f"  --runtime-env-json {runtime_env} \\\n"
-        '  -- env TOKENIZERS_PARALLELISM=false python3 -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
+        'if [ "${AGENTBRIDGE_RAY_JOB:-}" != 1 ]; then',
+        "  # the run format's variables (AGENTBRIDGE_RUN_DIR=$OUT) reach every worker in the Job's runtime env:",
+        "  # workers on a running cluster inherit nothing from the entrypoint's shell",
+        *(f"  {line}" for line in runtime_env),
+        '  exec ray job submit --address "$RAY_ADDRESS" --working-dir "$JOB" --runtime-env-json "$RUNTIME_ENV" \\',
+        '    -- env AGENTBRIDGE_RAY_JOB=1 TOKENIZERS_PARALLELISM=false PYTHON="$PYTHON" MODEL="$MODEL" OUT="$OUT" \\',
+        '    AGENTBRIDGE_PHASES="${AGENTBRIDGE_PHASES:-on}" bash submit.sh "$@"',
+        "fi",
+        '"$PYTHON" -m openrlhf.cli.train_ppo_ray "${ARGS[@]}" "$@"',
+        "# the run format every backend writes: OpenRLHF's TensorBoard scalars as metrics.jsonl, then the trained",
+        "# model's held-out eval, as launch.sh does",
+        '[ ! -d "$OUT/tensorboard" ] || "$PYTHON" -m agentbridge_openrlhf.run_metrics "$OUT" --job "$JOB" || true',
+        *after,
     ]

@@ -130,8 +130,9 @@ def test_submit_hands_the_servers_address_to_the_jobs_workers(tmp_path: Path) ->
     url = "http://10.0.0.7:18500/get_reward"
     job_env, entrypoint = ray_job_submitted(job.path / "submit.sh", tmp_path,
                                             {**env, "AGENTBRIDGE_REWARD_MODEL_URL": url})
-    assert job_env["env_vars"] == {"AGENTBRIDGE_REWARD_MODEL_URL": url}
-    command = entrypoint[entrypoint.index("python3"):]
-    init_env = train_ray_init_runtime_env(command[2], {**ray_driver_env(job_env), "TOKENIZERS_PARALLELISM": "false"})
+    assert job_env["env_vars"] == {"AGENTBRIDGE_REWARD_MODEL_URL": url, "AGENTBRIDGE_RUN_DIR": env["OUT"]}
+    assert entrypoint[-2:] == ["bash", "submit.sh"]  # itself, in the job: its check finds the address there
+    init_env = train_ray_init_runtime_env("openrlhf.cli.train_ppo_ray",
+                                          {**ray_driver_env(job_env), "TOKENIZERS_PARALLELISM": "false"})
     merged = merge_as_ray_init(job_env, init_env)  # OpenRLHF's own ray.init inside the Job keeps the address
     assert merged["env_vars"]["AGENTBRIDGE_REWARD_MODEL_URL"] == url

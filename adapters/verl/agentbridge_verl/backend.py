@@ -7,10 +7,11 @@ from typing import Any
 import yaml
 
 from agentbridge import adapter as kit
+from agentbridge.adapter.scripts import runtime_env_json_lines
 from agentbridge.backends import Capabilities, Problem
 from agentbridge.spec import Spec
 from agentbridge.training.phases import launch_lines
-from agentbridge.training.trackers import tracker_env_lines
+from agentbridge.training.trackers import tracker_env_lines, tracker_environment
 from agentbridge_verl import VERL_PIN, __version__
 from agentbridge_verl.algorithms import ALGORITHMS, GROUPED, NOTES
 from agentbridge_verl.config import (
@@ -26,6 +27,8 @@ from agentbridge_verl.config import (
     n_gpus_per_node,
     options,
     path_overrides,
+    ray_worker_env_overrides,
+    run_format_env,
     served_reward_model,
 )
 from agentbridge_verl.data import write_parquet
@@ -140,6 +143,8 @@ class VerlBackend(kit.Adapter):
         step = '$(cat "$RUN_DIR/checkpoints/latest_checkpointed_iteration.txt" 2>/dev/null || echo none)'
         before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR",
                                      checkpoint=f"$RUN_DIR/checkpoints/global_step_{step}/actor/huggingface")
+        trackers = tuple(tracker_environment(spec, "$RUN_DIR", "verl")) if spec.logging.enabled() else ()
+        workers = [f'  "{o}" \\' for o in ray_worker_env_overrides(run_format_env("$RUN_DIR", trackers))]
         return [
             "# Run veRL's PPO trainer with agentbridge's agent loop on this machine (veRL's trainer needs GPUs).",
             "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
@@ -156,10 +161,16 @@ class VerlBackend(kit.Adapter):
             '"$PYTHON" -m agentbridge_verl.cluster "$JOB" "$@"',
             *tracker_env_lines(spec, "$RUN_DIR", "verl"),
             *before,
+            "# the run format's variables reach the TaskRunner and every worker through the runtime env main_ppo",
+            "# gives ray.init: on a Ray cluster already running (submit.sh, $RAY_ADDRESS) they inherit nothing from",
+            "# this shell",
             f"\"$PYTHON\" -m verl.trainer.main_ppo --config-path \"$JOB\" --config-name {CONFIG_NAME} \\",
             f"  {paths} \\",
+            *workers,
             '  trainer.default_local_dir="$RUN_DIR/checkpoints" "$@"',
-            '[ ! -f "$VERL_FILE_LOGGER_PATH" ] || "$PYTHON" -m agentbridge_verl.run_metrics "$RUN_DIR" || true',
+            'if [ -f "$VERL_FILE_LOGGER_PATH" ]; then "$PYTHON" -m agentbridge_verl.run_metrics "$RUN_DIR" || true',
+            'else echo "agentbridge: no veRL metrics at $VERL_FILE_LOGGER_PATH; metrics.jsonl is not written" >&2',
+            "fi",
             *after,
         ]
 
@@ -174,10 +185,14 @@ class VerlBackend(kit.Adapter):
                 "shares a key with the one main_ppo passes to ray.init (py_executable is always among them)")),
             f"NNODES=\"${{NNODES:-{nodes}}}\"",
             f"GPUS_PER_NODE=\"${{GPUS_PER_NODE:-{gpus}}}\"",
-            "RUNTIME_ENV=\"{\\\"env_vars\\\": {\\\"AGENTBRIDGE_JOB\\\": \\\"$(basename \"$JOB\")\\\"}}\"",
+            *runtime_env_json_lines("RUNTIME_ENV", {"AGENTBRIDGE_JOB": '$(basename "$JOB")'}),
+            "# the job's entrypoint runs launch.sh on the node Ray picks: agentbridge's phases (AGENTBRIDGE_PHASES)",
+            "# around the trainer, whose ray.init hands the run format's variables (AGENTBRIDGE_RUN_DIR=$RUN_DIR, ...)",
+            "# to every worker",
             "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",
             "  --runtime-env-json \"$RUNTIME_ENV\" \\",
-            "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" bash launch.sh \\",
+            "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" \\",
+            "  AGENTBRIDGE_PHASES=\"${AGENTBRIDGE_PHASES:-on}\" bash launch.sh \\",
             "  trainer.nnodes=\"$NNODES\" trainer.n_gpus_per_node=\"$GPUS_PER_NODE\" \\",
             "  \"ray_kwargs.ray_init.runtime_env.py_executable=$PYTHON\" \"$@\"",
         ]

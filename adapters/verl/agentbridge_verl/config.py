@@ -6,9 +6,11 @@ lives (data, model, agent-loop YAML, reward file) are passed as command-line ove
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from agentbridge.adapter import flatten, set_dotted
+from agentbridge.adapter.scripts import worker_env
 from agentbridge.reward_model import RewardModelArgs, backend_served
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
 from agentbridge.spec.schema import Spec
@@ -27,6 +29,9 @@ AGENT_LOOP_TARGET = "agentbridge_verl.agent_loop.AgentBridgeAgentLoop"
 REWARD_FILE = "reward.py"
 REWARD_MODEL_ENGINE = "vllm"  # the driver scores through vLLM's /classify, the request veRL's reward loop sends
 AGENT_LOOP_FILE = "agent_loop.yaml"
+FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"  # veRL's file logger (verl.utils.tracking.FileLogger, in the TaskRunner)
+# the runtime env main_ppo passes to ray.init, merged on veRL's own; veRL 0.9.1's config has no env_vars there: `+`
+RAY_INIT_ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
 
 # options a spec may set under backend.options, and their defaults
 OPTIONS: dict[str, Any] = {
@@ -291,6 +296,20 @@ def path_overrides(spec: Spec, job: str, model: str, *, has_eval: bool, reward_m
     if served is not None:
         out.append(f"reward.reward_model.model_path={reward_model or served.path}")
     return out
+
+
+def run_format_env(run_dir: str, exported: tuple[str, ...] = ()) -> dict[str, str]:
+    """The variables every Ray worker of the run needs for the run format (``run_dir`` and the values shell
+    expressions in ``launch.sh``): where the agent loop records episodes, veRL's metrics file, then ``exported``
+    (the trackers' directories)."""
+    return worker_env(run_dir, (FILE_LOGGER_ENV, *exported))
+
+
+def ray_worker_env_overrides(env: Mapping[str, str]) -> list[str]:
+    """Hydra overrides adding ``env`` to the runtime env ``main_ppo`` gives ``ray.init``, so that the TaskRunner and
+    every worker see it, on a cluster Ray was already running too (a worker inherits nothing from the entrypoint's
+    shell there). Each value a quoted Hydra string: a number-like value stays a string, as Ray requires."""
+    return [f"+{RAY_INIT_ENV_VARS}.{name}='{value}'" for name, value in env.items()]
 
 
 def agent_loop_entries() -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,12 @@ from agentbridge_verl.config import (
     CONFIG_NAME,
     REWARD_MODEL_ENGINE,
     path_overrides,
+    ray_worker_env_overrides,
+    run_format_env,
     served_reward_model,
 )
+
+RUN_DIR_PLACEHOLDER = "/run-dir"  # what validation composes the run format's overrides with (launch.sh: $RUN_DIR)
 
 # legacy top-level keys that still compose in 0.9.1 but main_ppo never reads (only fully_async_main migrates them)
 LEGACY_PREFIXES = {
@@ -374,14 +379,15 @@ def _reward_model(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
     return problems
 
 
-def compose_job(job_dir: Path, spec: Any, model: str) -> Any:
-    """The job's trainer config as ``main_ppo`` composes it from ``launch.sh``'s command line (unresolved)."""
+def compose_job(job_dir: Path, spec: Any, model: str, extra: Sequence[str] = ()) -> Any:
+    """The job's trainer config as ``main_ppo`` composes it from ``launch.sh``'s command line (unresolved), then
+    ``extra`` overrides."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     job_dir = Path(job_dir).resolve()
     overrides = path_overrides(spec, str(job_dir), model, has_eval=(job_dir / "data" / "eval.parquet").is_file(),
-                               reward_model=reward_model_path(spec))
+                               reward_model=reward_model_path(spec)) + list(extra)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(job_dir), version_base=None):
         return compose(config_name=CONFIG_NAME, overrides=overrides)
@@ -535,7 +541,10 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
         return problems + unknown
     problems += legacy_keys(job_keys)
     try:
-        cfg = compose_job(job_dir, spec, model)
+        # with launch.sh's run-format overrides too (a path for each value): veRL must take them as main_ppo's
+        # ray.init runtime env
+        run_env = dict.fromkeys(run_format_env(RUN_DIR_PLACEHOLDER), RUN_DIR_PLACEHOLDER)
+        cfg = compose_job(job_dir, spec, model, ray_worker_env_overrides(run_env))
     except Exception as e:  # noqa: BLE001 - Hydra's composition errors, one line
         return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"Hydra cannot compose it: {_first_line(e)}")]
     from verl.trainer.ppo.utils import need_critic, need_reference_policy

@@ -144,3 +144,7 @@ def test_launch_command_composes_in_main_ppo(small_job: Job) -> None:
     assert cfg["actor_rollout_ref"]["rollout"]["agent"]["agent_loop_config_path"] == f"{small_job.path}/agent_loop.yaml"
     assert cfg["reward"]["custom_reward_function"]["path"] == f"{small_job.path}/reward.py"
     assert Path(cfg["actor_rollout_ref"]["model"]["path"], "config.json").is_file()
+    # the run format's variables, for the runtime env main_ppo gives ray.init (its workers on a cluster see them)
+    env_vars = cfg["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    run_dir = Path(env_vars["AGENTBRIDGE_RUN_DIR"])
+    assert run_dir.is_absolute() and env_vars["VERL_FILE_LOGGER_PATH"] == f"{run_dir}/verl_metrics.jsonl"
