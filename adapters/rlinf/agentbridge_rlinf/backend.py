@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentbridge import adapter as kit
+from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
 from agentbridge.backends import Capabilities
 from agentbridge.spec import Spec
 from agentbridge_rlinf import RLINF_PIN, __version__
@@ -135,7 +136,12 @@ class RlinfBackend(kit.Adapter):
                                   "agent loop there"),
             f"NNODES=\"${{NNODES:-{nodes}}}\"",
             f"# {gpus} GPU(s) per node: RLinf places actor and rollout on all of them (cluster.component_placement)",
+            "# the Job's runtime env carries the run format (AGENTBRIDGE_RUN_DIR=$RUN_DIR) to every worker, the agent",
+            "# loop recording episodes among them: workers on a running cluster inherit nothing from the entrypoint's",
+            "# shell. RLinf's own ray.init sets no env_vars (at most py_modules, RLINF_CODE_WORKING_DIR)",
+            *runtime_env_json_lines("RUNTIME_ENV", worker_env()),
             "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",
+            "  --runtime-env-json \"$RUNTIME_ENV\" \\",
             "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" bash launch.sh cluster.num_nodes=\"$NNODES\" "
             "\"$@\"",
         ]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
+from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
 from agentbridge.backends import Capabilities
 from agentbridge.env import Task
 from agentbridge.spec import Spec
@@ -176,7 +177,13 @@ class RollBackend(kit.Adapter):
                                   "requirements, agentbridge, agentbridge-roll and the spec's plugins), and ROLL_HOME "
                                   "the ROLL checkout there: ROLL's env workers import agentbridge's env manager"),
             f"# {nodes} node(s) x {gpus} GPU(s): device_mapping spans all of them (num_gpus_per_node={gpus})",
+            "# the Job's runtime env carries the run format (AGENTBRIDGE_RUN_DIR=$RUN_DIR) to every worker, the env",
+            "# managers recording episodes among them: workers on a running cluster inherit nothing from the",
+            "# entrypoint's shell. No key of ROLL's own ray.init (the platform's env vars: RAY_*, VLLM_*, NCCL_*, ...)",
+            "# is among them (Ray refuses a Job that sets one)",
+            *runtime_env_json_lines("RUNTIME_ENV", worker_env()),
             "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",
+            "  --runtime-env-json \"$RUNTIME_ENV\" \\",
             "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" ROLL_HOME=\"${ROLL_HOME:-}\" bash launch.sh "
             "\"$@\"",
         ]

@@ -7,6 +7,7 @@ from typing import Any
 import yaml
 
 from agentbridge import adapter as kit
+from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.spec import Spec
 from agentbridge_slime import SLIME_COMMIT, SLIME_PIN, SLIME_REPO, __version__
@@ -182,11 +183,14 @@ class SlimeBackend(kit.Adapter):
                                   "rollout manager imports agentbridge's generate function there"),
             f"SLIME_DIR=\"${{SLIME_DIR:?set SLIME_DIR to the checkout of {SLIME_REPO} on the nodes}}\"",
             f"# {nodes} node(s) x {gpus} GPU(s): --actor-num-nodes / --actor-num-gpus-per-node in slime_job.yaml",
-            "# the run format reaches every worker: slime's TensorBoard writers and the generate function's episodes",
-            'ENV_JSON="{\\"env_vars\\": {\\"PYTHONPATH\\": \\"$SLIME_DIR${MEGATRON_DIR:+:$MEGATRON_DIR}\\", '
-            '\\"CUDA_DEVICE_MAX_CONNECTIONS\\": \\"1\\", \\"TENSORBOARD_DIR\\": \\"$RUN_DIR/tensorboard/slime\\", '
-            '\\"AGENTBRIDGE_RUN_DIR\\": \\"$RUN_DIR\\"}}"',
-            "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" --runtime-env-json \"$ENV_JSON\" \\",
+            "# the Job's runtime env carries the run format to every worker (slime's TensorBoard writers, the generate",
+            "# function's episodes): workers on a running cluster inherit nothing from the entrypoint's shell. slime",
+            "# calls no ray.init of its own, so no key here collides with one",
+            *runtime_env_json_lines("RUNTIME_ENV", {
+                "PYTHONPATH": "$SLIME_DIR${MEGATRON_DIR:+:$MEGATRON_DIR}", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+                "TENSORBOARD_DIR": "$RUN_DIR/tensorboard/slime", **worker_env()}),
+            "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",
+            "  --runtime-env-json \"$RUNTIME_ENV\" \\",
             "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" SLIME_DIR=\"$SLIME_DIR\" "
             "MEGATRON_DIR=\"${MEGATRON_DIR:-}\" bash launch.sh \"$@\"",
         ]
