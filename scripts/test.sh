@@ -19,7 +19,8 @@ took ".venv" "$t"
 # beside the linters, each in the background with its own log: the backends' environments (mostly unpacking and
 # byte-compiling; each adapter's test.sh then finds its environment up to date), DeepSpeed's wheel (an sdist built
 # against .venv's torch, so that the TRL GPU profiles' ZeRO-3 config is built and checked) and the OpenEnv server's
-# environment (plugins/openenv/server_env.sh; otherwise made inside the core suite, by its first test)
+# environment (plugins/openenv/server_env.sh; otherwise made inside the core suite, by its first test), and GEM's
+# (plugins/gem/gem_env.sh: .venv-gem, the same way)
 t=$(date +%s)
 setups=()
 for script in adapters/*/test.sh; do
@@ -35,6 +36,9 @@ done
 setups+=("deepspeed:$!")
 plugins/openenv/server_env.sh > .agentbridge/setup-openenv.log 2>&1 &
 setups+=("openenv:$!")
+plugins/verifiers/server_env.sh > .agentbridge/setup-verifiers.log 2>&1 & setups+=("verifiers:$!")
+plugins/gem/gem_env.sh > .agentbridge/setup-gem.log 2>&1 &
+setups+=("gem:$!")
 # DS_ACCELERATOR: DeepSpeed (imported by accelerate whenever it is installed) otherwise probes for a GPU and says
 # on stdout that it found none, in every process that loads a model
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 DS_ACCELERATOR=cpu
