@@ -591,9 +591,9 @@ def report(run_dirs: tuple[str, ...], out: str | None) -> None:
     """Draw the side-by-side report of run directories: reward, held-out success, KL, entropy, response length,
     tool failures, throughput, step time and memory against step and wall time; finish reasons; and what the runs
     were made with (spec, seed, versions), differences highlighted."""
-    from agentbridge.compare.report import write_report
+    from agentbridge.compare.report import write_comparison
 
-    path, problems = write_report([Path(p) for p in run_dirs], Path(out) if out else Path(run_dirs[0]) / "report")
+    path, problems = write_comparison([Path(p) for p in run_dirs], Path(out) if out else Path(run_dirs[0]) / "report")
     for line in problems:
         click.echo(line if line.startswith("warning: ") else f"problem: {line}", err=True)
     click.echo(f"wrote {path}")

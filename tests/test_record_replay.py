@@ -18,7 +18,7 @@ import pytest
 
 from agentbridge import reward_model
 from agentbridge.compare.episodes import environment_differences
-from agentbridge.compare.report import write_report
+from agentbridge.compare.report import write_comparison
 from agentbridge.conformance.golden import GoldenPolicy
 from agentbridge.conformance.suite import golden_spec
 from agentbridge.rollout.agent import Agent
@@ -220,7 +220,7 @@ def test_the_report_says_when_runs_saw_different_environment_outputs(tmp_path: P
             write_run(tmp_path / "c", other, "openrlhf")]
 
     assert environment_differences([("a", runs[0]), ("b", runs[1])]) == []  # a replay agrees with its recording
-    path, problems = write_report(runs, tmp_path / "report")
+    path, problems = write_comparison(runs, tmp_path / "report")
     said = [p for p in problems if "saw different environment outputs" in p]
     assert said == [f"warning: runs a (trl) and c (openrlhf) saw different environment outputs for task "
                     f"{tooled.task_id} after 1 action",
@@ -228,7 +228,7 @@ def test_the_report_says_when_runs_saw_different_environment_outputs(tmp_path: P
                     f"{tooled.task_id} after 1 action"]
     page = path.read_text()
     assert "<h2>Environment outputs</h2>" in page and f"for task {tooled.task_id} after 1 action</li>" in page
-    _, quiet = write_report(runs[:2], tmp_path / "quiet")
+    _, quiet = write_comparison(runs[:2], tmp_path / "quiet")
     assert not any("environment outputs" in p for p in quiet)
 
 

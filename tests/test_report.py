@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge.compare.plots import CURVES
-from agentbridge.compare.report import RunData, _load, write_report
+from agentbridge.compare.report import RunData, _load, write_comparison
 from agentbridge.conformance.algorithms import Cell
 
 
@@ -30,7 +30,7 @@ def make_run(root: Path, name: str, backend: str, steps: int, *, seed: int = 0, 
 
 def test_report_draws_every_plot_and_table(tmp_path: Path) -> None:
     a, b = make_run(tmp_path, "a", "trl", 5), make_run(tmp_path, "b", "verl", 3)
-    path, problems = write_report([a, b], tmp_path / "out")
+    path, problems = write_comparison([a, b], tmp_path / "out")
     assert problems == []
     page = path.read_text()
     for png in ("reward.png", "throughput.png", "step_time.png", "memory.png", "finish.png"):
@@ -49,7 +49,7 @@ def test_bad_runs_are_one_line_each_and_the_rest_renders(tmp_path: Path) -> None
     nometrics = tmp_path / "nometrics"
     nometrics.mkdir()
     (nometrics / "manifest.json").write_text("{}")
-    path, problems = write_report([good, partial, old, nometrics, tmp_path / "missing"], tmp_path / "out")
+    path, problems = write_comparison([good, partial, old, nometrics, tmp_path / "missing"], tmp_path / "out")
     assert any("partial/metrics.jsonl:3: not valid JSON" in p for p in problems)
     assert any("old/metrics.jsonl:1: lacks reward/mean" in p for p in problems)
     assert any("old/manifest.json: missing" in p for p in problems)
@@ -62,7 +62,7 @@ def test_bad_runs_are_one_line_each_and_the_rest_renders(tmp_path: Path) -> None
 def test_runs_that_differ_beyond_the_backend_warn(tmp_path: Path) -> None:
     a = make_run(tmp_path, "a", "trl", 2)
     b = make_run(tmp_path, "b", "verl", 2, seed=1, spec="xyz")
-    _, problems = write_report([a, b], tmp_path / "out")
+    _, problems = write_comparison([a, b], tmp_path / "out")
     assert any(p.startswith("warning: runs differ in spec_hash") for p in problems)
     assert any(p.startswith("warning: runs differ in seed") for p in problems)
 
@@ -82,7 +82,7 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "chromium is missing: run scripts/system-deps.sh"
     a, b = make_run(tmp_path, "a", "trl", 4), make_run(tmp_path, "b", "verl", 4)
-    path, _ = write_report([a, b], tmp_path / "out")
+    path, _ = write_comparison([a, b], tmp_path / "out")
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom"]
@@ -173,7 +173,7 @@ def test_backend_metrics_are_read_under_each_backend_s_prefix(tmp_path: Path) ->
 
 def test_report_draws_every_curve_against_step_and_wall_time(tmp_path: Path) -> None:
     trl, verl = backend_run(tmp_path, "trl", 4, seed=0), backend_run(tmp_path, "verl", 3, seed=1)
-    path, problems = write_report([trl, verl], tmp_path / "out")
+    path, problems = write_comparison([trl, verl], tmp_path / "out")
     page = path.read_text()
     out = tmp_path / "out"
     for stem in ("reward", "heldout", "kl", "entropy", "response_tokens", "tool_failures", "throughput",
@@ -190,7 +190,7 @@ def test_report_draws_every_curve_against_step_and_wall_time(tmp_path: Path) -> 
 
 def test_a_metric_no_run_has_gives_no_plot(tmp_path: Path) -> None:
     verl = backend_run(tmp_path, "verl", 3, seed=0, evals=False)
-    path, problems = write_report([verl], tmp_path / "out")
+    path, problems = write_comparison([verl], tmp_path / "out")
     page = path.read_text()
     assert problems == []
     for stem in ("heldout", "tool_failures"):  # veRL's rows carry no failures, and the run did not evaluate
@@ -199,7 +199,7 @@ def test_a_metric_no_run_has_gives_no_plot(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (verl / "metrics.jsonl").read_text().splitlines()]
     del rows[1]["time/step_s"]
     (verl / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    path, problems = write_report([verl], tmp_path / "out2")
+    path, problems = write_comparison([verl], tmp_path / "out2")
     assert problems == [f"{verl / 'metrics.jsonl'}: some steps lack time/step_s; this run is left out of the "
                         "wall-time plots"]
     assert 'src="kl.png"' in path.read_text() and "_wall.png" not in path.read_text()
@@ -207,7 +207,7 @@ def test_a_metric_no_run_has_gives_no_plot(tmp_path: Path) -> None:
 
 def test_settings_table_marks_what_differs_beyond_the_backend(tmp_path: Path) -> None:
     trl, verl = backend_run(tmp_path, "trl", 2, seed=0), backend_run(tmp_path, "verl", 2, seed=1)
-    page = write_report([trl, verl], tmp_path / "out")[0].read_text()
+    page = write_comparison([trl, verl], tmp_path / "out")[0].read_text()
     table = page.split("<table class='settings'>")[1].split("</table>")[0]
     rows = {name: bool(mark) for mark, name in re.findall(r"<tr( class='differs')?><th>([^<]+)</th>", table)}
     assert list(rows) == ["backend", "spec hash", "chat template hash", "seed", "agentbridge", "python",
@@ -220,7 +220,7 @@ def test_settings_table_marks_what_differs_beyond_the_backend(tmp_path: Path) ->
 
 
 def test_parity_table_as_the_conformance_command_prints_it(tmp_path: Path) -> None:
-    page = write_report([], tmp_path / "out", algorithms=PARITY)[0].read_text()
+    page = write_comparison([], tmp_path / "out", algorithms=PARITY)[0].read_text()
     table = page.split("<table class='parity'>")[1].split("</table>")[0]
     rows = [re.findall(r"<t[hd][^>]*>([^<]*)</t[hd]>", r) for r in table.split("</tr>") if "<t" in r]
     assert rows == [["algorithm", "trl", "verl"], ["grpo", "✔", "≈"], ["dapo", "≠ kept", "✔"],
@@ -232,7 +232,7 @@ def test_parity_table_as_the_conformance_command_prints_it(tmp_path: Path) -> No
 
 def test_what_a_person_sees_in_chromium(tmp_path: Path, browser: Any) -> None:
     trl, verl = backend_run(tmp_path, "trl", 4, seed=0), backend_run(tmp_path, "verl", 3, seed=1)
-    path, _ = write_report([trl, verl], tmp_path / "out", algorithms=PARITY)
+    path, _ = write_comparison([trl, verl], tmp_path / "out", algorithms=PARITY)
     browser.get(path.as_uri())
     images = browser.execute_script(
         "return [...document.images].map(i => ({src: i.getAttribute('src'), w: i.naturalWidth, "

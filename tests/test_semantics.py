@@ -8,8 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from agentbridge.compare.report import write_report
-from agentbridge.compare.semantics import ASPECTS, difference_lines, differing, semantics_table
+from agentbridge.compare.report import write_comparison
+from agentbridge.compare.semantics import ASPECTS, aspect_difference_lines, differing, semantics_table
 
 TRL = {"advantage": "r - group mean, / group std · scale_rewards group", "clip": "(0.2, 0.28) on token ratios",
        "optimizer": "lr 0.0001, constant after warmup · 10 warmup steps, constant_with_warmup"}
@@ -20,14 +20,14 @@ VERL = {"advantage": "r - group mean, / group std · adv_estimator grpo", "clip"
 def test_only_the_shared_words_are_compared() -> None:
     both = {"trl": TRL, "verl": VERL}
     assert differing(both) == ["clip"]  # the backends' own names (after ·) never count
-    assert difference_lines(both) == ["clip: trl (0.2, 0.28) on token ratios; verl (0.2, 0.2) on token ratios"]
+    assert aspect_difference_lines(both) == ["clip: trl (0.2, 0.28) on token ratios; verl (0.2, 0.2) on token ratios"]
     assert differing({"trl": TRL, "verl": TRL}) == [] and semantics_table({}) == ""
 
 
 def test_the_report_highlights_what_differs_in_headless_chromium(tmp_path: Path) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "chromium is missing: run scripts/system-deps.sh"
-    path, _ = write_report([], tmp_path / "out", semantics={"trl": TRL, "verl": VERL})
+    path, _ = write_comparison([], tmp_path / "out", semantics={"trl": TRL, "verl": VERL})
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
              f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom"]
     dom = subprocess.run([chromium, *flags, path.as_uri()], capture_output=True, text=True, timeout=120).stdout

@@ -125,7 +125,7 @@ def compare_backends(spec: Spec, names: list[str], out: Path, *, conformance: bo
                      say: Callable[[str], None] = print) -> tuple[Path, list[Outcome], list[str]]:
     """Run ``spec`` through each backend in ``names``; returns ``report.html``, the outcomes and problem lines."""
     from agentbridge.backends import JobError
-    from agentbridge.compare.report import write_report
+    from agentbridge.compare.report import write_comparison
 
     outcomes = []
     for name in names:
@@ -138,6 +138,6 @@ def compare_backends(spec: Spec, names: list[str], out: Path, *, conformance: bo
     runs = [o.run_dir for o in outcomes if o.run_dir is not None]
     semantics = {o.backend: o.semantics for o in outcomes if o.semantics}
     algorithms = {o.backend: o.algorithms for o in outcomes if o.algorithms}
-    path, report_problems = write_report(runs, out / "report", backends=[o.row() for o in outcomes],
+    path, report_problems = write_comparison(runs, out / "report", backends=[o.row() for o in outcomes],
                                          semantics=semantics, algorithms=algorithms)
     return path, outcomes, [p for o in outcomes for p in o.problems] + report_problems

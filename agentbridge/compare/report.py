@@ -306,7 +306,7 @@ def _figure(name: str, alt: str) -> str:
             "</figure>")
 
 
-def write_report(run_dirs: list[Path], out_dir: Path, backends: list[dict[str, str]] | None = None,
+def write_comparison(run_dirs: list[Path], out_dir: Path, backends: list[dict[str, str]] | None = None,
                  semantics: dict[str, dict[str, str]] | None = None,
                  algorithms: dict[str, list[Cell]] | None = None) -> tuple[Path, list[str]]:
     """Draw the comparison into ``out_dir``; returns ``report.html`` and the problem/warning lines.

@@ -41,7 +41,7 @@ def differing(by_backend: dict[str, dict[str, str]]) -> list[str]:
     return out
 
 
-def difference_lines(by_backend: dict[str, dict[str, str]]) -> list[str]:
+def aspect_difference_lines(by_backend: dict[str, dict[str, str]]) -> list[str]:
     """One line per differing aspect: ``aspect: trl X; verl Y``."""
     return [f"{aspect}: " + "; ".join(f"{name} {shared(sem.get(aspect, '?'))}" for name, sem in by_backend.items())
             for aspect in differing(by_backend)]
@@ -60,7 +60,7 @@ def semantics_table(by_backend: dict[str, dict[str, str]]) -> str:
         cells = "".join(f"<td>{html.escape(by_backend[n].get(aspect, '–'))}</td>" for n in names)
         mark = " class='differs'" if aspect in differs else ""
         rows.append(f"<tr{mark}><th title='{html.escape(meaning)}'>{html.escape(aspect)}</th>{cells}</tr>")
-    lines = "".join(f"<li>{html.escape(line)}</li>" for line in difference_lines(by_backend))
+    lines = "".join(f"<li>{html.escape(line)}</li>" for line in aspect_difference_lines(by_backend))
     summary = (f"<p>{len(differs)} aspect(s) differ:</p><ul class='semantic-differences'>{lines}</ul>" if differs
                else "<p>The jobs agree on every aspect.</p>")
     return ("<h2>What each job will do</h2><p>Read from each backend's own effective configuration; rows that "
