@@ -88,7 +88,7 @@ def test_the_tags_are_ones_openrlhf_logs() -> None:
 
 
 def test_openrlhfs_scalars_become_the_runs_metrics_and_are_drawn(run: Path, tmp_path: Path) -> None:
-    from agentbridge.compare.report import write_report
+    from agentbridge.compare.report import write_comparison
 
     written, problems = convert(run)
     assert (written, problems) == (3, [])
@@ -109,7 +109,7 @@ def test_openrlhfs_scalars_become_the_runs_metrics_and_are_drawn(run: Path, tmp_
     assert "memory/peak_gb" not in first and not [k for k in first if "generated_samples" in k or "train/" in k]
     assert rows[1]["openrlhf/eval/eval_calculator_pass1"] == 0.5 and "openrlhf/eval/eval_calculator_pass1" not in first
     assert rows[2]["reward/mean"] == pytest.approx(1.75)  # the later run's step 3; never the tracker's 99
-    path, report_problems = write_report([run], tmp_path / "report")
+    path, report_problems = write_comparison([run], tmp_path / "report")
     assert not [p for p in report_problems if "metrics.jsonl" in p]
     assert (tmp_path / "report" / "reward.png").is_file() and (tmp_path / "report" / "step_time.png").is_file()
 

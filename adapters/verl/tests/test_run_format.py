@@ -11,7 +11,7 @@ import pytest
 from conftest import compile_job
 
 from agentbridge.backends import Job
-from agentbridge.compare.report import write_report
+from agentbridge.compare.report import write_comparison
 from agentbridge.runs import manifest
 from agentbridge_verl.run_metrics import SOURCE, convert
 
@@ -50,7 +50,7 @@ def test_verls_metrics_become_the_runs_metrics_and_are_drawn(tmp_path: Path) -> 
     # the job's tokens per second (veRL's perf/throughput is per GPU), and KL to the reference as other backends log
     assert rows[0]["throughput/tokens_per_s"] == 7200.0 and rows[0]["verl/throughput_per_gpu"] == 900.0
     assert rows[0]["verl/kl"] == 0.03 and rows[0]["verl/ppo_kl"] == 0.001
-    path, report_problems = write_report([run], tmp_path / "report")
+    path, report_problems = write_comparison([run], tmp_path / "report")
     assert not [p for p in report_problems if "metrics.jsonl" in p]
     assert (tmp_path / "report" / "reward.png").is_file() and (tmp_path / "report" / "step_time.png").is_file()
 
