@@ -59,7 +59,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentbridge.spec.recipe import PRESET_LOSS_AGG
+from agentbridge.spec.recipe import PRESET_LOSS_AGG, REWARD_KL
 
 ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo")
 QUANTITIES = ("advantages", "loss", "clip_fraction", "kl", "kept")
@@ -128,7 +128,7 @@ class Recipe:
 
     def kl(self, name: str) -> tuple[str, str]:
         """(estimator, where) of the KL term of algorithm ``name`` under this recipe (``spec.recipe.kl_setting``)."""
-        reward = name in ("reinforce_pp", "ppo")
+        reward = name in REWARD_KL
         return self.kl_estimator or ("k1" if reward else "k3"), self.kl_in or ("reward" if reward else "loss")
 
 
