@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .agentbridge
+# pip byte-compiles every file it installs unless told not to: most of torch, transformers and the backends is never
+# imported by a test, and what is imported is compiled on first use (a fresh torch install: 29 s -> 16 s)
+export PIP_NO_COMPILE=1
 t0=$(date +%s)
 times=()
 took() { times+=("$1 $(( $(date +%s) - $2 ))s"); }
@@ -42,13 +45,17 @@ setups+=("gem:$!")
 # DS_ACCELERATOR: DeepSpeed (imported by accelerate whenever it is installed) otherwise probes for a GPU and says
 # on stdout that it found none, in every process that loads a model
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 DS_ACCELERATOR=cpu
+# one intra-op thread per process: the core's suite and the backends' run side by side on two cores, each with
+# subprocesses of its own, and torch's OpenMP threads spinning against each other cost far more than they gain on
+# models this small (the reproducibility test's warm start under that load: 14-64 s with two threads, 5-8 s with one)
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 echo "[test] ruff"
 tl=$(date +%s)
 .venv/bin/ruff check .
 echo "[test] import contracts (pyproject.toml [tool.importlinter])"
 # the example packages are checked from their source trees; they need not be installed
 PYTHONPATH=examples/plugin-package:examples/backend-package .venv/bin/lint-imports --no-cache
-echo "[test] mypy (the core)"
+echo "[test] mypy (the core, the adapters, the plugins and the example packages; pyproject.toml [tool.mypy])"
 .venv/bin/mypy
 took "linters (beside the environments)" "$tl"
 failed=0

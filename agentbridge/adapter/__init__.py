@@ -9,9 +9,28 @@ adapter as kit``).
   environments (:func:`run_validator`, :func:`validate_in`, :func:`validator_main`);
 - ``job``: :func:`new_job`, :func:`job_spec`, :func:`launch_job`, :func:`set_dotted`, :func:`flatten`;
 - ``tasks``: the task codec (:data:`TASK_KEY`, :func:`encode_task`, :func:`decode_task`);
-- ``cluster``: :func:`ray_cluster_nodes`.
+- ``cluster``: :func:`ray_cluster_nodes`;
+- the core's names an adapter needs beside them (imported where they are defined on first use, so that importing
+  the kit stays light): the backend protocol's :class:`Capabilities`, :class:`Job`, :class:`JobError`,
+  :class:`Problem`, :class:`Report`, :func:`backend_python`; the run files' :func:`write_jsonl`, :func:`read_jsonl`,
+  :func:`append_jsonl`; the plugin registry, :func:`get_plugins`.
+
+The rest of what an adapter imports from the core, by what it is for (each name imported on first use):
+
+- :mod:`agentbridge.adapter.rollout`: the driver, as a backend's rollout runs it (with ``episode``: the episode loop);
+- :mod:`agentbridge.adapter.models`: models, tokenizers and the reward models a backend serves;
+- :mod:`agentbridge.adapter.training`: a training run's phases, metrics, trackers, console, report and run directory;
+- :mod:`agentbridge.adapter.conformance`: the conformance kit (golden episodes, records, probes).
+
+Beside these and :mod:`agentbridge.spec`, an adapter imports only the public face, ``agentbridge`` (``hookimpl``,
+``Task``, ...): the import contract "Adapters import the core through its faces" (pyproject.toml) holds that.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentbridge.adapter import _lazy
 from agentbridge.adapter.base import Adapter, Draft
 from agentbridge.adapter.checks import (
     algorithm_check,
@@ -45,10 +64,35 @@ from agentbridge.adapter.validation import (
     validator_main,
 )
 
+if TYPE_CHECKING:
+    from agentbridge.backends import Capabilities, Job, JobError, Problem, Report, backend_python
+    from agentbridge.plugins import get_plugins
+    from agentbridge.runs import append_jsonl, read_jsonl, write_jsonl
+
+# the core's names re-exported here: name -> the core module that defines it (imported on first use)
+_CORE = {
+    "Capabilities": "agentbridge.backends",
+    "Job": "agentbridge.backends",
+    "JobError": "agentbridge.backends",
+    "Problem": "agentbridge.backends",
+    "Report": "agentbridge.backends",
+    "backend_python": "agentbridge.backends",
+    "get_plugins": "agentbridge.plugins",
+    "append_jsonl": "agentbridge.runs",
+    "read_jsonl": "agentbridge.runs",
+    "write_jsonl": "agentbridge.runs",
+}
+
 __all__ = [
+    "Capabilities", "Job", "JobError", "Problem", "Report", "append_jsonl", "backend_python", "get_plugins",
+    "read_jsonl", "write_jsonl",
     "Adapter", "Draft", "JobCheck", "SCRIPT_HEAD", "TASK_KEY", "agent_check", "algorithm_check", "begin_validation",
     "decode_task", "default_line", "encode_task", "first_line", "flatten", "foreign_note", "group_problem",
     "job_spec", "launch_job", "model_line", "multimodal_problem", "new_job", "option_problems",
     "owned_override_problems", "ray_cluster_nodes", "ray_submit_lines", "recipe_problems", "run_dir_lines",
     "run_validator", "set_dotted", "shell_quote", "unknown_options", "validate_in", "validator_main", "write_script",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    return _lazy.load(_CORE, __name__, name)

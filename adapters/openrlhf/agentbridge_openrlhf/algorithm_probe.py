@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentbridge.conformance.algorithms import Documented
+from agentbridge.adapter.conformance import Documented
 
 # what OpenRLHF cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at
 # its max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate,
@@ -81,7 +81,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
 
     import torch
 
-    from agentbridge.conformance.algorithms import Recipe, reference_advantages
+    from agentbridge.adapter.conformance import Recipe, reference_advantages
     from agentbridge.spec import load_spec
     from agentbridge_openrlhf.standins import deepspeed, use_vllm_standin
     from agentbridge_openrlhf.validate import job_argv, parse_args

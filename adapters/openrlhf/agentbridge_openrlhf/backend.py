@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
+from agentbridge.adapter import Capabilities, Job, JobError, Problem, write_jsonl
+from agentbridge.adapter.models import is_vlm
 from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
-from agentbridge.backends import Capabilities, Job, JobError, Problem
-from agentbridge.models import is_vlm
-from agentbridge.runs import write_jsonl
+from agentbridge.adapter.training import launch_lines
 from agentbridge.spec import Spec
-from agentbridge.training.phases import launch_lines
 from agentbridge_openrlhf import __version__
 from agentbridge_openrlhf.config import (
     AGENT_FILE,

@@ -53,8 +53,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
-from agentbridge.conformance.records import EpisodeRecord, image_digest
+from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, EpisodeRecord, image_digest
 
 SETS = ["backend.name=openrlhf"]  # the compiled job's default options: what a user's job trains on
 LOGPROB_JOB = "backend.options.is_correction=token"  # where OpenRLHF keeps rollout log-probs (records' ``job``)
@@ -71,8 +70,8 @@ def length_override() -> str:
 def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     """Run the golden ``kind`` episodes through OpenRLHF and read each one back from OpenRLHF's training batch:
     the default job's records (no log-probs: OpenRLHF keeps none there), then the log-prob job's (``job`` set)."""
-    from agentbridge.conformance.suite import golden_spec
-    from agentbridge.models import resolve_model_path
+    from agentbridge.adapter.conformance import golden_spec
+    from agentbridge.adapter.models import resolve_model_path
     from agentbridge_openrlhf.backend import OpenRLHFBackend
     from agentbridge_openrlhf.rollout_path import run_rollouts
 

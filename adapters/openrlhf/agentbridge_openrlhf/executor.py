@@ -16,12 +16,19 @@ from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase
 
+from agentbridge import Task
 from agentbridge.adapter.episode import EpisodeRunner
-from agentbridge.env import Task
-from agentbridge.rollout.agent_edge import component_values, reward_components
-from agentbridge.rollout.renderer import Renderer
-from agentbridge.rollout.training import TrainingSequence, episode_metrics
-from agentbridge.rollout.trajectory import FINISH_REASONS, Generation, SamplingParams, Trajectory
+from agentbridge.adapter.rollout import (
+    FINISH_REASONS,
+    Generation,
+    Renderer,
+    SamplingParams,
+    TrainingSequence,
+    Trajectory,
+    component_values,
+    episode_metrics,
+    reward_components,
+)
 from agentbridge.spec import Spec, load_spec
 
 

@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from agentbridge.reward_model import RewardModelArgs, backend_served
+from agentbridge.adapter.models import RewardModelArgs, backend_served
 from agentbridge.spec import Spec
 
 SERVER_MODULE = "openrlhf.cli.serve_rm"

@@ -24,7 +24,7 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agentbridge.conformance.step import optimizer_step
+    from agentbridge.adapter.conformance import optimizer_step
 
     args = job_args(job)
     model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)

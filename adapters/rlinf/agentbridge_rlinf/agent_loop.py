@@ -19,10 +19,10 @@ from omegaconf import DictConfig
 from rlinf.data.io_struct import RolloutResult
 from rlinf.workers.agent.agent_loop import AgentLoopOutput, AgentLoopWorker
 
+from agentbridge import Task
 from agentbridge import adapter as kit
 from agentbridge.adapter.episode import EpisodeRunner
-from agentbridge.env import Task
-from agentbridge.rollout.trajectory import Generation, SamplingParams
+from agentbridge.adapter.rollout import Generation, SamplingParams
 from agentbridge.spec import load_spec
 
 

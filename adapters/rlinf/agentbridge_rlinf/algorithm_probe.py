@@ -22,7 +22,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from agentbridge.conformance.algorithms import Documented
+from agentbridge.adapter.conformance import Documented
 
 # what RLinf cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
 # max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate, recorded
@@ -166,7 +166,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     """The algorithm quantities RLinf computes for ``batch`` under the job in ``job`` (see the core's module)."""
     import torch
 
-    from agentbridge.conformance.algorithms import Recipe, reference_advantages
+    from agentbridge.adapter.conformance import Recipe, reference_advantages
     from agentbridge.spec import load_spec
 
     stale = actor_source_problems()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentbridge import adapter as kit
+from agentbridge.adapter import Capabilities
 from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
-from agentbridge.backends import Capabilities
 from agentbridge.spec import Spec
 from agentbridge_rlinf import RLINF_PIN, __version__
 from agentbridge_rlinf.config import (
@@ -97,7 +97,7 @@ class RlinfBackend(kit.Adapter):
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
         spec, has_eval = draft.spec, draft.has_eval
-        from agentbridge.training.phases import launch_lines
+        from agentbridge.adapter.training import launch_lines
 
         paths = " \\\n  ".join(f'"{o}"' for o in path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
         # RLinf's log_path (runner.output_dir/<experiment_name>): its checkpoints and TensorBoard scalars

@@ -27,9 +27,7 @@ from typing import Any
 from rlinf.scheduler import Worker
 
 from agentbridge import adapter as kit
-from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
-from agentbridge.conformance.records import EpisodeRecord
-from agentbridge.conformance.suite import ConformanceError
+from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, ConformanceError, EpisodeRecord
 
 STOP = "agentbridge_stop"
 _RUNS = itertools.count()  # worker-group and channel names are cluster-wide: one set per run in a process
@@ -48,7 +46,7 @@ class GoldenRolloutStandIn(Worker):
         self.max_new_tokens = max_new_tokens
 
     async def rollout_serverless(self, input_channel: Any, output_channel: Any) -> None:
-        from agentbridge.conformance.golden import golden_turn
+        from agentbridge.adapter.conformance import golden_turn
 
         while True:
             request = await input_channel.get(async_op=True).async_wait()
@@ -71,8 +69,8 @@ def golden_config(kind: str, workdir: Path, sets: tuple[str, ...] = ()) -> tuple
     passed through ``validate_reasoning_cfg``; returns ``(cfg, spec)``."""
     from rlinf.config import validate_reasoning_cfg
 
-    from agentbridge.conformance.suite import golden_spec
-    from agentbridge.models import resolve_model_path
+    from agentbridge.adapter.conformance import golden_spec
+    from agentbridge.adapter.models import resolve_model_path
     from agentbridge_rlinf.backend import RlinfBackend
     from agentbridge_rlinf.validate import compose_job
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from agentbridge.conformance.algorithms import Documented
+from agentbridge.adapter.conformance import Documented
 
 # what ROLL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
 # max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate, recorded in
@@ -155,7 +155,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     from roll.utils.functionals import compute_token_reward
     from roll.utils.kl_controller import get_kl_controller
 
-    from agentbridge.conformance.algorithms import Recipe, reference_advantages
+    from agentbridge.adapter.conformance import Recipe, reference_advantages
     from agentbridge.spec import load_spec
     from agentbridge_roll.layout import EqualScoresFilter
     from agentbridge_roll.validate import build_config, compose_job

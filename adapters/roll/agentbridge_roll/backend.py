@@ -6,10 +6,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from agentbridge import Task
 from agentbridge import adapter as kit
+from agentbridge.adapter import Capabilities
 from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
-from agentbridge.backends import Capabilities
-from agentbridge.env import Task
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import kl_setting
 from agentbridge_roll import ROLL_COMMIT, ROLL_REPO, ROLL_SOURCE, __version__, keep_roll_logs_out_of_cwd
@@ -136,7 +136,7 @@ class RollBackend(kit.Adapter):
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
         spec, has_eval = draft.spec, draft.has_eval
-        from agentbridge.training.phases import launch_lines
+        from agentbridge.adapter.training import launch_lines
 
         paths = " \\\n  ".join(f'"{o}"' for o in path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
         before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR", checkpoint="$TRAINED")

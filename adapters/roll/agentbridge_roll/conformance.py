@@ -31,9 +31,7 @@ from roll.pipeline.agentic.llm_proxy import BaseLLMProxy, register_llm_proxy
 from roll.pipeline.agentic.llm_proxy.policy_proxy import PolicyProxy
 from roll.utils.functionals import gather_unpadded_input_ids
 
-from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
-from agentbridge.conformance.records import EpisodeRecord
-from agentbridge.conformance.suite import ConformanceError
+from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, ConformanceError, EpisodeRecord
 
 GOLDEN_PROXY = "agentbridge_golden"
 
@@ -51,7 +49,7 @@ class GoldenRouterClient(RouterClient):
         self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def generate_request_sync(self, req: DataProto, request_id: Any, uid: Any) -> DataProto:
-        from agentbridge.conformance.golden import golden_turn
+        from agentbridge.adapter.conformance import golden_turn
 
         config = req.meta_info["generation_config"]
         budget = min(int(req.meta_info.get("max_new_tokens", config["max_new_tokens"])), int(config["max_new_tokens"]))
@@ -77,8 +75,8 @@ def golden_config(kind: str, workdir: Path) -> tuple[Any, Any]:
     length, ``sequence_length``, at prompt plus response of :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`),
     composed as its entry composes it with the stand-in proxy, and built into ROLL's ``AgenticConfig``; returns
     ``(config, spec)``."""
-    from agentbridge.conformance.suite import golden_spec
-    from agentbridge.models import resolve_model_path
+    from agentbridge.adapter.conformance import golden_spec
+    from agentbridge.adapter.models import resolve_model_path
     from agentbridge_roll.backend import RollBackend
     from agentbridge_roll.validate import build_config, compose_job
 

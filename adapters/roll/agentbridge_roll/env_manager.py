@@ -24,11 +24,9 @@ from roll.pipeline.agentic.env_manager.base_env_manager import BaseEnvManager
 from roll.pipeline.agentic.llm_proxy import create_llm_proxy
 from tensordict import TensorDict
 
+from agentbridge import Task
 from agentbridge.adapter.episode import Episode, EpisodeRunner
-from agentbridge.env import Task
-from agentbridge.rollout.agent import read_tasks_jsonl
-from agentbridge.rollout.training import token_rewards
-from agentbridge.rollout.trajectory import Generation, SamplingParams
+from agentbridge.adapter.rollout import Generation, SamplingParams, read_tasks_jsonl, token_rewards
 from agentbridge.spec import load_spec
 from agentbridge_roll import layout
 from agentbridge_roll.data import task_index

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentbridge.conformance.records import EpisodeRecord
-from agentbridge.rollout.training import TrainingSequence
+from agentbridge.adapter.conformance import EpisodeRecord
+from agentbridge.adapter.rollout import TrainingSequence
 
 FIELDS = ("input_ids", "attention_mask", "position_ids", "response_mask", "prompt_mask", "scores", "infer_logprobs")
 

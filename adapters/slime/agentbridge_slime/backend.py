@@ -7,8 +7,8 @@ from typing import Any
 import yaml
 
 from agentbridge import adapter as kit
+from agentbridge.adapter import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
-from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.spec import Spec
 from agentbridge_slime import SLIME_COMMIT, SLIME_PIN, SLIME_REPO, __version__
 from agentbridge_slime.config import (
@@ -130,7 +130,7 @@ class SlimeBackend(kit.Adapter):
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
         spec = draft.spec
-        from agentbridge.training.phases import launch_lines
+        from agentbridge.adapter.training import launch_lines
 
         script = options(spec)["model_script"]
         models = {"@SLIME_DIR@": "SLIME_DIR"}

@@ -22,17 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
-from agentbridge.conformance.records import EpisodeRecord
-from agentbridge.conformance.suite import ConformanceError
+from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, ConformanceError, EpisodeRecord
 
 
 def golden_job(kind: str, workdir: Path) -> tuple[Any, Any, Any]:
     """The golden spec of ``kind`` compiled into a slime job (``backend.name=slime``; for the ``lengths`` kind with
     slime's own lengths at :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`) and parsed by slime; returns
     ``(args, spec, tokenizer)``."""
-    from agentbridge.conformance.suite import golden_spec
-    from agentbridge.models import load_tokenizer, resolve_model_path
+    from agentbridge.adapter.conformance import golden_spec
+    from agentbridge.adapter.models import load_tokenizer, resolve_model_path
     from agentbridge_slime.backend import SlimeBackend
     from agentbridge_slime.validate import parse_job
 

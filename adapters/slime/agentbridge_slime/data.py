@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentbridge import Task
 from agentbridge import adapter as kit
-from agentbridge.env import Task
-from agentbridge.rollout.agent_edge import prompt_messages
+from agentbridge.adapter.rollout import prompt_messages
 from agentbridge.spec.schema import Spec
 
 

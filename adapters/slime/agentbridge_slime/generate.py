@@ -16,8 +16,7 @@ from typing import Any
 
 from agentbridge import adapter as kit
 from agentbridge.adapter.episode import EpisodeRunner
-from agentbridge.rollout.training import TrainingSequence
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge.adapter.rollout import TrainingSequence, Trajectory
 from agentbridge.spec import load_spec
 from agentbridge_slime.protocol import EngineAborted, RouterPolicy, sample_fields, spans
 
@@ -38,7 +37,7 @@ def runner_for(args: Any) -> EpisodeRunner:
     """The job's runner, built once per process (slime's rollout manager keeps one ``args``)."""
     path = str(spec_path(args))
     if path not in _RUNNERS:
-        from agentbridge.models import load_tokenizer
+        from agentbridge.adapter.models import load_tokenizer
 
         spec = load_spec(path)
         # slime's own tokenizer path (--hf-checkpoint: the model on this node) when it has one, else the spec's model;

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentbridge.rollout.training import TrainingSequence
-from agentbridge.rollout.trajectory import Generation, SamplingParams, Trajectory
+from agentbridge.adapter.rollout import Generation, SamplingParams, TrainingSequence, Trajectory
 
 Post = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 # the driver's finish reason -> slime's Sample.Status value

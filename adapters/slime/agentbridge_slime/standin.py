@@ -16,7 +16,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agentbridge.conformance.golden import golden_turn
+from agentbridge.adapter.conformance import golden_turn
 
 
 class GoldenRouterStandIn:

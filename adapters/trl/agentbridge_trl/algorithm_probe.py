@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentbridge.conformance.algorithms import Documented
+from agentbridge.adapter.conformance import Documented
 
 # what TRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
 # max |Δ| on the golden batch with KL off and on (None: no difference in that variant). The recipe cases TRL's check
@@ -42,7 +42,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     """The algorithm quantities TRL computes for ``batch`` under the job in ``job``."""
     import torch
 
-    from agentbridge.conformance.algorithms import Recipe, reference_advantages
+    from agentbridge.adapter.conformance import Recipe, reference_advantages
 
     spec, kwargs, trainer = job_trainer(job)
     # TRL's importance-sampling code runs only with vLLM: where the spec asks for the correction, the trainer runs
@@ -87,8 +87,8 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
 
 def job_trainer(job: Path) -> tuple[Any, dict[str, Any], Any]:
     """``(spec, GRPOConfig arguments, GRPOTrainer)`` of the job in ``job``, as its entry builds the trainer."""
-    from agentbridge.models import load_model, load_tokenizer
-    from agentbridge.rollout.agent import Agent
+    from agentbridge.adapter.models import load_model, load_tokenizer
+    from agentbridge.adapter.rollout import Agent
     from agentbridge.spec import load_spec
     from agentbridge_trl.trainer import build_trainer
 

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.backends import Capabilities, Problem
-from agentbridge.runs import write_jsonl
+from agentbridge.adapter import Capabilities, Problem, write_jsonl
 from agentbridge.spec import Spec
 from agentbridge_trl import __version__
 from agentbridge_trl.config import (

@@ -6,7 +6,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from agentbridge.rollout.agent_edge import reward_components as core_reward_components
+from agentbridge.adapter.rollout import reward_components as core_reward_components
 from agentbridge.spec.recipe import clip_range, dual_clip
 from agentbridge.spec.schema import Spec
 

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
-from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS
-from agentbridge.conformance.records import EpisodeRecord, image_digest
+from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, EpisodeRecord, image_digest
 
 
 class GoldenVLLMGenerationStandIn:
@@ -30,7 +29,7 @@ class GoldenVLLMGenerationStandIn:
 
     def generate(self, prompts: list[list[int]], images: list[Any] | None, num_generations: int,
                  profiler: Any = None) -> tuple[list[list[int]], list[list[int]], list[list[list[float]]], None]:
-        from agentbridge.conformance.golden import golden_turn
+        from agentbridge.adapter.conformance import golden_turn
 
         self.calls += 1
         completions, logprobs = [], []
@@ -46,9 +45,9 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     """Run the golden ``kind`` episodes through TRL and read each one back from TRL's own batch."""
     import torch
 
-    from agentbridge.conformance.suite import golden_spec
-    from agentbridge.models import load_model
-    from agentbridge.rollout.agent import Agent
+    from agentbridge.adapter.conformance import golden_spec
+    from agentbridge.adapter.models import load_model
+    from agentbridge.adapter.rollout import Agent
     from agentbridge_trl.config import grpo_config_kwargs
     from agentbridge_trl.rollout import task_of
     from agentbridge_trl.trainer import build_trainer

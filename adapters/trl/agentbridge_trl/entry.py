@@ -35,18 +35,26 @@ RL_BASE = "rl_base"  # with model.lora and checkpoints: the warm-started base th
 def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool = False) -> dict[str, Any]:
     """Run the whole job (or, with ``resume``, the rest of the run in ``run_dir`` from its newest checkpoint);
     writes everything under ``run_dir`` and returns ``eval.json``'s content."""
-    from agentbridge.models import cache_entries_used, load_model
-    from agentbridge.plugins import get_plugins
-    from agentbridge.rollout.agent import Agent, read_tasks_jsonl
-    from agentbridge.runs import keep_earlier_run, manifest, package_version, text_hash
+    from agentbridge.adapter import get_plugins
+    from agentbridge.adapter.models import cache_entries_used, load_model
+    from agentbridge.adapter.rollout import Agent, read_tasks_jsonl
+    from agentbridge.adapter.training import (
+        TRACKERS_PLUGIN,
+        Experiment,
+        NoTrainingSteps,
+        RunConsole,
+        RunLogger,
+        Trackers,
+        check_rl_steps,
+        keep_earlier_run,
+        manifest,
+        package_version,
+        quiet_libraries,
+        text_hash,
+        tracker_environment,
+        write_report,
+    )
     from agentbridge.spec import load_spec, spec_hash
-    from agentbridge.training.console import RunConsole, quiet_libraries
-    from agentbridge.training.experiment import Experiment
-    from agentbridge.training.guards import NoTrainingSteps, check_rl_steps
-    from agentbridge.training.logger import RunLogger
-    from agentbridge.training.report import write_report
-    from agentbridge.training.trackers import PLUGIN_NAME as TRACKERS_PLUGIN
-    from agentbridge.training.trackers import Trackers, tracker_environment
     from agentbridge_trl.config import options as trl_options
     from agentbridge_trl.config import rl_step_plan
     from agentbridge_trl.ranks import Ranks
@@ -178,7 +186,7 @@ def _before_rl(experiment: Any, run_dir: Path, checkpoint: Path | None, *, save_
     them back and dropping the rows after the checkpoint). Returns the RL time spent before the checkpoint."""
     import torch
 
-    from agentbridge.training.experiment import load_evals
+    from agentbridge.adapter.training import load_evals
     from agentbridge_trl.resume import WARM_STATE, checkpoint_step, keep_rows_through
 
     spec = experiment.agent.spec

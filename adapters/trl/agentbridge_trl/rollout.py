@@ -17,13 +17,20 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
-from agentbridge.env import Task
-from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.agent_edge import component_values
-from agentbridge.rollout.batching import BatchingPolicy, cut_at_eos
-from agentbridge.rollout.hf_policy import HFPolicy
-from agentbridge.rollout.training import TrainingSequence, episode_sample, shape_reward
-from agentbridge.rollout.trajectory import Generation, SamplingParams, Trajectory
+from agentbridge import Task
+from agentbridge.adapter.rollout import (
+    Agent,
+    BatchingPolicy,
+    Generation,
+    HFPolicy,
+    SamplingParams,
+    TrainingSequence,
+    Trajectory,
+    component_values,
+    cut_at_eos,
+    episode_sample,
+    shape_reward,
+)
 from agentbridge_trl.config import reward_key
 
 IMAGES_KEY = "ab_images"  # per-sample images of a rollout, in placeholder order (read by the VLM trainer)
@@ -74,7 +81,7 @@ class AgentRollout:
         if getattr(trainer, "use_vllm", False):
             return VLLMPolicy(trainer.vllm_generation, self.agent.renderer.eos_token_id)
         if getattr(trainer, "_is_vlm", False):
-            from agentbridge.rollout.hf_vlm_policy import HFVLMPolicy
+            from agentbridge.adapter.rollout import HFVLMPolicy
 
             return HFVLMPolicy(model, self.agent.tokenizer, trainer.processing_class.image_processor,
                                max_batch=self.concurrency)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentbridge.rollout.hf_policy import cache_kwarg, output_cache
+from agentbridge.adapter.rollout import cache_kwarg, output_cache
 
 MIN_SHARED_PREFIX = 32  # shorter common prefixes are left to TRL's own forward
 

@@ -21,9 +21,9 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from agentbridge.conformance.step import PROMPT
-    from agentbridge.models import load_tokenizer
-    from agentbridge.rollout.agent import Agent
+    from agentbridge.adapter.conformance import PROMPT
+    from agentbridge.adapter.models import load_tokenizer
+    from agentbridge.adapter.rollout import Agent
     from agentbridge.spec import load_spec
     from agentbridge_trl.trainer import build_trainer
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.agent_edge import fit_limits
-from agentbridge.rollout.trajectory import Trajectory
-from agentbridge.training.logger import RunLogger
+from agentbridge.adapter.rollout import Agent, Trajectory, fit_limits
+from agentbridge.adapter.training import RunLogger
 from agentbridge_trl.config import make_grpo_config, reward_components
 from agentbridge_trl.rollout import AgentRollout, prompt_row, reward_functions
+
+NORMALIZED = {  # TRL's logged name -> agentbridge's (agentbridge.runs.IS_METRIC_NAMES); the others stay under trl/
+    # TRL 1.16's grpo_trainer.py, with vllm_importance_sampling_correction on a vLLM trainer
+    "sampling/importance_sampling_ratio/mean": "is/weight_mean",  # the weight after truncation or masking
+    "sampling/sampling_logp_difference/mean": "is/logp_abs_diff",  # mean |old - sampling log-prob|
+}
 
 
 def lora_config(spec: Any) -> Any:
@@ -114,7 +118,7 @@ def build_trainer(agent: Agent, model: Any, grpo_kwargs: dict[str, Any], train_t
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                    **kwargs: Any) -> None:
             if logger is not None and logs is not None and "loss" in logs:
-                logger.log(state.global_step, logs)
+                logger.log(state.global_step, logs, NORMALIZED)
 
     trainer_cls, processing_class = agent_trainer_class(), agent.tokenizer
     if is_vlm_model(model):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from agentbridge.models import images_only_processor, is_vlm
+from agentbridge.adapter.models import images_only_processor, is_vlm
 from agentbridge_trl.rollout import IMAGES_KEY
 
 # TRL takes its rollout-time image path when ``self.tools`` is truthy; set only between the rollout and the end of
@@ -40,6 +40,8 @@ def _trainer_class() -> type:
 
     class AgentVLMGRPOTrainer(GRPOTrainer):
         """GRPOTrainer for agentbridge rollouts whose prompts and tool results carry images."""
+
+        processing_class: Any  # the model's processor; its tokenizer while _save runs
 
         def _generate(self, prompts: list[Any]) -> tuple[Any, ...]:
             out = list(super()._generate(prompts))
@@ -92,7 +94,8 @@ def check_image_tokens(prompt_ids: list[list[int]], completion_ids: list[list[in
         if not ims:
             continue
         want = sum(int(count(im.size[1], im.size[0], {})) // merge for im in ims)
-        got = list(p).count(image_token_id) + list(c).count(image_token_id)
+        ids: list[int | None] = [*p, *c]
+        got = ids.count(image_token_id)
         if want != got:
             raise ValueError(f"sample {i}: {got} image tokens for {len(ims)} images that need {want}; the "
                              "driver's ids and images disagree")

@@ -15,7 +15,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from agentbridge import adapter as kit
 from agentbridge.adapter.episode import Episode, EpisodeRunner
-from agentbridge.rollout.training import token_rewards
+from agentbridge.adapter.rollout import token_rewards
 from agentbridge.spec import Spec, load_spec
 from agentbridge_verl.reward import REWARD_INFO_KEY, reward_extra_info
 from agentbridge_verl.reward_server import connect

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentbridge.conformance.algorithms import Documented
+from agentbridge.adapter.conformance import Documented
 
 # what veRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
 # max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate, recorded in
@@ -50,7 +50,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
     from verl.utils.config import omega_conf_to_dataclass
 
-    from agentbridge.conformance.algorithms import Recipe, reference_advantages
+    from agentbridge.adapter.conformance import Recipe, reference_advantages
     from agentbridge.spec import load_spec
     from agentbridge_verl.validate import compose_job
 

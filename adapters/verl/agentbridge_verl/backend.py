@@ -7,11 +7,10 @@ from typing import Any
 import yaml
 
 from agentbridge import adapter as kit
+from agentbridge.adapter import Capabilities, Problem
 from agentbridge.adapter.scripts import runtime_env_json_lines
-from agentbridge.backends import Capabilities, Problem
+from agentbridge.adapter.training import launch_lines, tracker_env_lines, tracker_environment
 from agentbridge.spec import Spec
-from agentbridge.training.phases import launch_lines
-from agentbridge.training.trackers import tracker_env_lines, tracker_environment
 from agentbridge_verl import VERL_PIN, __version__
 from agentbridge_verl.algorithms import ALGORITHMS, GROUPED, NOTES
 from agentbridge_verl.config import (

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentbridge.adapter import flatten, set_dotted
+from agentbridge.adapter.models import RewardModelArgs, backend_served
 from agentbridge.adapter.scripts import worker_env
-from agentbridge.reward_model import RewardModelArgs, backend_served
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
 from agentbridge.spec.schema import Spec
 from agentbridge_verl.algorithms import (

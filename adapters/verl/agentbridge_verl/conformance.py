@@ -39,9 +39,14 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
 from agentbridge import adapter as kit
-from agentbridge.conformance.golden import BACKEND_LENGTHS, CREDIT, LENGTHS
-from agentbridge.conformance.records import EpisodeRecord, image_digest
-from agentbridge.conformance.suite import ConformanceError
+from agentbridge.adapter.conformance import (
+    BACKEND_LENGTHS,
+    CREDIT,
+    LENGTHS,
+    ConformanceError,
+    EpisodeRecord,
+    image_digest,
+)
 
 # agent-loop workers of the conformance job (the default is 8): each is built in this process, and a worker's
 # tokenizer and processor take seconds to load; two still split the batch into chunks that veRL concatenates
@@ -64,7 +69,7 @@ class GoldenLLMServerClientStandIn:
                        mm_processor_kwargs: Any = None, **kwargs: Any) -> Any:
         from verl.workers.rollout.replica import TokenOutput
 
-        from agentbridge.conformance.golden import golden_turn
+        from agentbridge.adapter.conformance import golden_turn
 
         self.requests.append({"request_id": request_id, "prompt_tokens": len(prompt_ids),
                               "images": len(image_data or [])})
@@ -211,8 +216,7 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     agent-loop workers; for the ``lengths`` kind, with ``data.max_prompt_length`` / ``data.max_response_length``
     at :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`.
     """
-    from agentbridge.conformance.records import compare
-    from agentbridge.conformance.suite import golden_spec, reference_records
+    from agentbridge.adapter.conformance import compare, golden_spec, reference_records
     from agentbridge_verl.backend import VerlBackend
     from agentbridge_verl.inprocess import compose_worker_config, model_config, verl_processor_in_model_config
 

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentbridge import Task
 from agentbridge import adapter as kit
-from agentbridge.env import Task
-from agentbridge.rollout.agent_edge import prompt_messages
+from agentbridge.adapter.rollout import prompt_messages
 from agentbridge.spec.schema import Spec
 from agentbridge_verl.config import AGENT_NAME
 

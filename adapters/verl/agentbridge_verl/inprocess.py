@@ -40,7 +40,7 @@ def compose_worker_config(job_dir: Path) -> Any:
     """The job's composed and resolved trainer config, as ``main_ppo`` would build it from ``launch.sh``."""
     from omegaconf import OmegaConf
 
-    from agentbridge.models import resolve_model_path
+    from agentbridge.adapter.models import resolve_model_path
     from agentbridge_verl.validate import compose_job
 
     spec = load_spec(Path(job_dir) / "spec.yaml")
@@ -131,7 +131,7 @@ def rollout_step(cfg: Any, llm_client: Any, batch: Any,
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_response_mask
     from verl.trainer.ppo.reward import extract_reward
 
-    gen_batch = RayPPOTrainer._get_gen_batch(None, batch)  # type: ignore[arg-type]  # uses no trainer state
+    gen_batch = RayPPOTrainer._get_gen_batch(None, batch)  # uses no trainer state
     gen_batch.meta_info["global_steps"] = 1
     n = cfg.actor_rollout_ref.rollout.n
     gen_batch_output = gen_batch.repeat(repeat_times=n, interleave=True)

@@ -36,7 +36,7 @@ def image_only_processor(model: str) -> Any:
     image processor transformers falls back to without torchvision."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from agentbridge.models import images_only_processor, load_image_processor
+    from agentbridge.adapter.models import images_only_processor, load_image_processor
 
     return images_only_processor(AutoConfig.from_pretrained(model).model_type, AutoTokenizer.from_pretrained(model),
                                  load_image_processor(model))

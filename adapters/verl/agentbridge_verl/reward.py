@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentbridge.rollout.agent_edge import component_values, reward_components
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge.adapter.rollout import Trajectory, component_values, reward_components
 from agentbridge.spec.schema import Spec
 
 REWARD_INFO_KEY = "reward_extra_info"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentbridge.reward_model import backend_served, use_backend_server
+from agentbridge.adapter.models import backend_served, use_backend_server
 from agentbridge.spec.schema import Spec
 
 WORKER = "reward_loop_worker_{}"  # RewardLoopManager._init_reward_loop_workers names its Ray actors so

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from agentbridge.rollout.trajectory import Generation, SamplingParams
+from agentbridge.adapter.rollout import Generation, SamplingParams
 
 
 class ServerPolicy:

@@ -27,7 +27,7 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     from verl.workers.config.optimizer import build_optimizer
     from verl.workers.utils.losses import ppo_loss
 
-    from agentbridge.conformance.step import PROMPT, optimizer_step, response_logp
+    from agentbridge.adapter.conformance import PROMPT, optimizer_step, response_logp
     from agentbridge.spec import load_spec
     from agentbridge_verl.validate import compose_job
 

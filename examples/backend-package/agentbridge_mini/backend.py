@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.backends import Capabilities, Job, Problem, Report
-from agentbridge.runs import write_jsonl
+from agentbridge.adapter import Capabilities, Job, Problem, Report, write_jsonl
 from agentbridge.spec import Spec, SpecError
 from agentbridge_mini import __version__
 

@@ -12,10 +12,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from agentbridge.conformance.records import EpisodeRecord
-from agentbridge.env import Task
-from agentbridge.rollout.training import task_prompt_ids, training_sequence
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge import Task
+from agentbridge.adapter.conformance import EpisodeRecord
+from agentbridge.adapter.rollout import Trajectory, task_prompt_ids, training_sequence
 
 
 def encode_task(task: Task) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentbridge.conformance import BACKEND_LENGTHS, LENGTHS, GoldenPolicy, golden_spec
-from agentbridge.runs import write_jsonl
+from agentbridge.adapter import write_jsonl
+from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, GoldenPolicy, golden_spec
 from agentbridge_mini.batch import encode_task, records_of
 from agentbridge_mini.run import collect_batch, make_agent, read_jsonl
 

@@ -9,9 +9,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.agent_edge import fit_limits
-from agentbridge.runs import append_jsonl, write_jsonl
+from agentbridge.adapter import append_jsonl, write_jsonl
+from agentbridge.adapter.rollout import Agent, fit_limits
 from agentbridge.spec import Spec, load_spec
 from agentbridge_mini.batch import decode_task, to_batch
 
@@ -44,11 +43,11 @@ def collect_batch(agent: Agent, rows: list[dict[str, Any]], policy: Any, group_s
 def make_policy(agent: Agent, kind: str) -> Any:
     """The spec's model sampled with transformers (``model``), or the environment's scripted expert (``expert``)."""
     if kind == "expert":
-        from agentbridge.rollout.policy import ScriptedPolicy
+        from agentbridge.adapter.rollout import ScriptedPolicy
 
         return lambda env: ScriptedPolicy.for_env(env, agent.tokenizer)
-    from agentbridge.models import load_model
-    from agentbridge.rollout.hf_policy import HFPolicy
+    from agentbridge.adapter.models import load_model
+    from agentbridge.adapter.rollout import HFPolicy
 
     return HFPolicy(load_model(agent.spec.model.path, agent.spec.seed), agent.tokenizer, seed=agent.spec.seed)
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from agentbridge.env import text_of
-from agentbridge.tools import ToolEnvironment, ToolSpec
+from agentbridge import ToolEnvironment, ToolSpec, text_of
 from agentbridge_wordplay.tools import reverse_text
 
 

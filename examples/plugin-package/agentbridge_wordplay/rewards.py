@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from agentbridge.env import Task
-from agentbridge.rewards import extract_answer
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge import Task, Trajectory, extract_answer
 
 
 def exact_reverse(trajectory: Trajectory, task: Task) -> float:

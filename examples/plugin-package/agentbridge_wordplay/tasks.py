@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import random
 
-from agentbridge.env import Task
+from agentbridge import Task
 
 SYLLABLES = ["ba", "ko", "mi", "ru", "te", "lan", "dor", "fen", "gil", "pas", "vo", "zu", "shi", "tra"]
 

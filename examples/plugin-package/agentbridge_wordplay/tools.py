@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentbridge.tools import tool
+from agentbridge import tool
 
 
 @tool

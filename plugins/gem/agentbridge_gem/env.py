@@ -15,8 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentbridge.env import Message, StepResult, Task, text_of
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge import Message, StepResult, Task, Trajectory, text_of
 from agentbridge_gem.client import Worker, pool
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentbridge.hooks import hookimpl
+from agentbridge import hookimpl
 from agentbridge_gem.env import GemEnvironment, episode_return, final_reward, success
 from agentbridge_gem.tasks import gem_episodes
 

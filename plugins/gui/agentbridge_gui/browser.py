@@ -130,7 +130,7 @@ class Browser:
 
     def chromium_pid(self) -> int | None:
         """The main chromium (browser) process, child of chromedriver."""
-        proc = getattr(getattr(self.driver, "service", None), "process", None)
+        proc: Any = getattr(getattr(self.driver, "service", None), "process", None)  # None: AttributeError below
         with contextlib.suppress(psutil.Error, AttributeError):
             kids = psutil.Process(proc.pid).children()
             return next((k.pid for k in kids if "chrom" in k.name()), kids[0].pid if kids else None)
@@ -310,7 +310,7 @@ class BrowserPool:
                 try:
                     browser = await asyncio.wait_for(asyncio.shield(task), self.start_timeout_s)
                 except TimeoutError:
-                    task.add_done_callback(lambda f: f.exception() or self.release(f.result(), broken=True))
+                    task.add_done_callback(lambda f: None if f.exception() else self.release(f.result(), broken=True))
                     raise BrowserError(f"chromium did not start in {self.start_timeout_s:g}s") from None
                 return browser
             if timeout_s is not None and time.perf_counter() - t0 > timeout_s:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from agentbridge.env import Message, StepResult, Task
-from agentbridge.tools import ToolEnvironment, ToolSpec, tool
+from agentbridge import Message, StepResult, Task, ToolEnvironment, ToolSpec, tool
 from agentbridge_gui import page
 from agentbridge_gui.browser import Browser, BrowserError, BrowserPool, shared_pool
 from agentbridge_gui.expert import EXPERT_TASKS, next_action
@@ -76,8 +75,8 @@ class MiniWoBEnv(ToolEnvironment):
                              f"choose from {', '.join(ACTIONS)}")
         if time_limit_s <= 0 or op_timeout_s <= 0:
             raise ValueError("environment.args: time_limit_s and op_timeout_s must be positive")
-        fns = {"click": self.click, "click_xy": self.click_xy, "type": self.type_text, "press": self.press,
-               "scroll": self.scroll}
+        fns: dict[str, Callable[..., Any]] = {"click": self.click, "click_xy": self.click_xy, "type": self.type_text,
+                                              "press": self.press, "scroll": self.scroll}
         specs = [tool(fns[a], name=a) for a in chosen]
         # the browser layer enforces its own deadline per call; the tool timeout only backs it up
         super().__init__([*specs, *(tools or [])], timeout_s=4 * op_timeout_s + 5, max_output_chars=max_output_chars)

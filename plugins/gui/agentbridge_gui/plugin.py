@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentbridge.hooks import hookimpl
+from agentbridge import hookimpl
 from agentbridge_gui.env import MiniWoBEnv, grounding_reward, task_reward
 from agentbridge_gui.tasks import miniwob_tasks
 

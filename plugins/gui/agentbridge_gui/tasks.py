@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from agentbridge.datasets import capacity_line, declares_capacity
-from agentbridge.env import Task
+from agentbridge import Task, capacity_line, declares_capacity
 from agentbridge_gui.expert import EXPERT_TASKS
 
 DEFAULT_TASKS = ("click-test", "click-test-2", "click-button", "click-link", "enter-text", "focus-text")

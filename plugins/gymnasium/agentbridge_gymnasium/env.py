@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agentbridge.env import Message, StepResult, Task, text_of, user
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge import Message, StepResult, Task, Trajectory, text_of, user
 from agentbridge_gymnasium.codecs import Codec, codec_for
 from agentbridge_gymnasium.expert import blackjack_rule, plan
 

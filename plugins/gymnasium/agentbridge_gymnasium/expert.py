@@ -3,6 +3,7 @@ the textbook rule for blackjack."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 
@@ -23,7 +24,7 @@ def plan(env: Any, gamma: float = 0.99, sweeps: int = 500) -> list[int]:
             values[s] = best
         if delta < 1e-9:
             break
-    return [max(model[s], key=lambda a, s=s: q(s, a)) for s in sorted(model)]
+    return [max(model[s], key=partial(q, s)) for s in sorted(model)]
 
 
 def blackjack_rule(obs: Any) -> int:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from agentbridge.datasets import capacity_line, declares_capacity, seed_block_capacity
-from agentbridge.env import Task
+from agentbridge import Task, capacity_line, declares_capacity, seed_block_capacity
 
 SPLIT_BASE = {"train": 0, "dev": 1_000_000, "eval": 2_000_000, "test": 2_000_000}
 SPLIT_SEEDS = 1_000_000  # reset seeds each split owns, from its base

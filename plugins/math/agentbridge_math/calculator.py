@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable
 from fractions import Fraction
 
-from agentbridge.tools import tool
+from agentbridge import tool
 
 _BINARY: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,

@@ -7,10 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentbridge.env import text_of
-from agentbridge.rewards import extract_answer
-from agentbridge.rollout.trajectory import Trajectory
-from agentbridge.tools import ToolEnvironment, ToolSpec
+from agentbridge import ToolEnvironment, ToolSpec, Trajectory, extract_answer, text_of
 from agentbridge_math.calculator import calculator
 
 SYSTEM_PROMPT = ("Solve the arithmetic problem. Call the calculator for every step, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentbridge.hooks import hookimpl
+from agentbridge import hookimpl
 from agentbridge_math.calculator import calculator
 from agentbridge_math.env import CalculatorEnv, exact_number
 from agentbridge_math.tasks import arithmetic_tasks

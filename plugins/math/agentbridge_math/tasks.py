@@ -6,8 +6,7 @@ import hashlib
 import random
 from collections.abc import Iterator
 
-from agentbridge.datasets import capacity_line, declares_capacity
-from agentbridge.env import Task
+from agentbridge import Task, capacity_line, declares_capacity
 
 # distinct problems per split, with and without two-step ones: pool_sizes(two_step), fixed here so that no call
 # pays for the count (a test recounts them)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentbridge.env import Message, StepResult, Task, ToolCall, user
+from agentbridge import Message, StepResult, Task, ToolCall, user
 from agentbridge_openenv.protocol import (
     ACTION_ERRORS,
     OpenEnvError,
@@ -126,6 +126,7 @@ def render(value: Any) -> str:
                 return "\n".join(texts)
             return render(value.get("data", value.get("structured_content")))
         lines = []
+        last: tuple[Any, Any] = (None, None)  # the one line's key and value
         for k, v in value.items():
             if v is None or v == "" or v == {} or v == []:
                 continue

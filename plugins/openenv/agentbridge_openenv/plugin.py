@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentbridge.hooks import hookimpl
+from agentbridge import hookimpl
 from agentbridge_openenv.data import openenv_seeds
 from agentbridge_openenv.env import OpenEnvEnvironment, episode_return, success
 

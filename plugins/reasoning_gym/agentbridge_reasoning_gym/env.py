@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentbridge.rewards import extract_answer
-from agentbridge.rollout.trajectory import Trajectory
-from agentbridge.tools import ToolEnvironment
+from agentbridge import ToolEnvironment, Trajectory, extract_answer
 from agentbridge_reasoning_gym.tasks import entry, score_answer_fn
 
 SYSTEM_PROMPT = "Solve the problem. Give only the final answer as <answer>...</answer>."

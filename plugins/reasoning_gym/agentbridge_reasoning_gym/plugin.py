@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentbridge.hooks import hookimpl
+from agentbridge import hookimpl
 from agentbridge_reasoning_gym.env import AnswerEnv, verified_score
 from agentbridge_reasoning_gym.tasks import rg_tasks
 

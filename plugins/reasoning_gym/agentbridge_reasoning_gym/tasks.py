@@ -11,7 +11,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from agentbridge.env import Task
+from agentbridge import Task
 
 SPLITS = {"train": range(0, 8), "dev": range(8, 9), "eval": range(9, 10), "test": range(9, 10)}
 MAX_DRAWS_PER_TASK = 200  # generated questions in a row without a new one of the split: the task is exhausted

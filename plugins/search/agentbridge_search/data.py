@@ -30,8 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agentbridge.datasets import capacity_line, declares_capacity
-from agentbridge.env import Task
+from agentbridge import Task, capacity_line, declares_capacity
 
 GENERATOR_VERSION = 3
 CONTINENTS = {"AF": "Africa", "AS": "Asia", "EU": "Europe", "NA": "North America", "SA": "South America",
@@ -168,15 +167,15 @@ def _fictional(seed: int, towns: int, companies: int, people: int, avoid: set[st
 
     passages: list[Passage] = []
     questions: list[Question] = []
-    town_rows = []
+    town_rows: list[dict[str, Any]] = []
     for i in range(towns):
         name = unique(lambda: f"{fake.city_prefix()} {fake.last_name()}{rng.choice(['ton', 'ford', 'wick', 'by'])}")
-        row = {"id": f"fic-town-{i}", "name": name, "province": f"{fake.last_name()}shire",
-               "mayor": person(), "year": rng.randint(1200, 1950)}
+        row: dict[str, Any] = {"id": f"fic-town-{i}", "name": name, "province": f"{fake.last_name()}shire",
+                               "mayor": person(), "year": rng.randint(1200, 1950)}
         town_rows.append(row)
         passages.append(Passage(row["id"], name, f'"{name}" is a town in the province of "{row["province"]}", '
                                                  f'founded in {row["year"]}. Its mayor is "{row["mayor"]}".'))
-    company_rows = []
+    company_rows: list[dict[str, Any]] = []
     for i in range(companies):
         name = unique(lambda: f"{fake.last_name()} {rng.choice(['Industries', 'Group', 'Works', 'Labs', 'Ltd'])}")
         town = rng.choice(town_rows)
@@ -270,7 +269,7 @@ def build_world(seed: int = 0, towns: int = 300, companies: int = 600, people: i
 
     Cached in memory and as JSON under ``agentbridge.cache.cache_dir()/search/worlds``.
     """
-    from agentbridge.cache import cache_dir, cache_key, mark_built, use_cache_entry
+    from agentbridge import cache_dir, cache_key, mark_built, use_cache_entry
 
     config = {"v": GENERATOR_VERSION, "code": cache_key(code=(__file__,)), "seed": seed,
               "towns": towns, "companies": companies, "people": people,
@@ -363,9 +362,10 @@ def multihop_tasks(split: str = "train", size: int = 100, seed: int = 0, world_s
         for kind in rng.sample(sorted(order), len(order)):
             if order[kind] and len(chosen) < size:
                 chosen.append(order[kind].pop())
+    key = built.key  # a hash of every passage: once per split, not once per task
     return [Task(id=f"search-{split}-{seed}-{i}", prompt=PROMPT.format(question=q.question),
                  data={"question": q.question, "answer": q.answers, "support": q.support, "queries": q.queries,
-                       "kind": q.kind, "group": q.kind, "world_seed": world_seed, "world": built.key})
+                       "kind": q.kind, "group": q.kind, "world_seed": world_seed, "world": key})
             for i, q in enumerate(chosen)]
 
 

@@ -129,7 +129,7 @@ def onnx_model() -> Path:
 
     import torch
 
-    from agentbridge.cache import cache_dir, cache_key, mark_built, use_cache_entry
+    from agentbridge import cache_dir, cache_key, mark_built, use_cache_entry
 
     path = cache_dir() / "search" / "index" / f"encoder-{cache_key(code=(__file__,), packages=ONNX_PACKAGES)}" / \
         "minilm.onnx"
@@ -164,7 +164,7 @@ def onnx_model() -> Path:
 
 def embeddings_dir(corpus: str) -> Path:
     """The cache entry of the embeddings of the corpus whose content key is ``corpus``."""
-    from agentbridge.cache import cache_dir, cache_key
+    from agentbridge import cache_dir, cache_key
 
     key = cache_key(corpus, code=(__file__,), packages=ENCODER_PACKAGES)
     return cache_dir() / "search" / "index" / f"embeddings-{key}"
@@ -175,7 +175,7 @@ def passage_embeddings(passages: Sequence[Passage], corpus: str, *, cache: bool 
     """The embeddings of ``passages`` (content key ``corpus``), from the cache or computed (and then cached)."""
     import numpy as np
 
-    from agentbridge.cache import mark_built, use_cache_entry
+    from agentbridge import mark_built, use_cache_entry
 
     path = embeddings_dir(corpus) / "embeddings.npy"
     if cache and use_cache_entry("search/embeddings", path.parent) and path.is_file():

@@ -7,8 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentbridge.env import Message, StepResult, Task, text_of
-from agentbridge.tools import ToolEnvironment, ToolSpec, tool
+from agentbridge import Message, StepResult, Task, ToolEnvironment, ToolSpec, text_of, tool
 from agentbridge_search.client import (
     HttpBackend,
     InProcessBackend,

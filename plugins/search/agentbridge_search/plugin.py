@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentbridge.hooks import hookimpl
+from agentbridge import hookimpl
 from agentbridge_search.data import multihop_tasks
 from agentbridge_search.env import SearchEnv, search
 from agentbridge_search.query_writing import QueryEnv, query_ndcg, query_recall, query_tasks

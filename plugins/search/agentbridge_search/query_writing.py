@@ -13,10 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from agentbridge.datasets import declares_capacity
-from agentbridge.env import Message, StepResult, Task
-from agentbridge.rewards import extract_answer
-from agentbridge.tools import ToolEnvironment, ToolSpec
+from agentbridge import Message, StepResult, Task, ToolEnvironment, ToolSpec, declares_capacity, extract_answer
 from agentbridge_search.data import multihop_capacity, multihop_tasks
 from agentbridge_search.env import MAX_QUERY_CHARS, make_backend
 

@@ -19,12 +19,12 @@ import sys
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from agentbridge_search.data import Passage
 from agentbridge_search.embeddings import QueryEncoder, passage_embeddings, passage_text
@@ -56,7 +56,7 @@ INDEX_PACKAGES = {"bm25": ("tantivy", "bm25s"), "bm25s": ("bm25s",), "dense": ("
 def index_dir(kind: str, key: str) -> Path:
     """The cache entry of a ``kind`` index over the corpus of ``key``, keyed also on this module's code and the
     versions of the packages that build it; recorded as used by this run (``--no-cache`` rebuilds it)."""
-    from agentbridge.cache import cache_dir, cache_key
+    from agentbridge import cache_dir, cache_key
     from agentbridge_search import embeddings
 
     full = cache_key(kind, key, code=(__file__, embeddings.__file__), packages=INDEX_PACKAGES[kind])
@@ -65,7 +65,7 @@ def index_dir(kind: str, key: str) -> Path:
 
 def reusable(kind: str, path: Path) -> bool:
     """Whether the cached index at ``path`` may be used as it is (see ``agentbridge.models.use_cache_entry``)."""
-    from agentbridge.cache import use_cache_entry
+    from agentbridge import use_cache_entry
 
     return use_cache_entry(f"search/{kind}-index", path)
 
@@ -73,7 +73,7 @@ def reusable(kind: str, path: Path) -> bool:
 def _publish(kind: str, built: Path, path: Path) -> None:
     """Move the index just built in ``built`` to its cache entry ``path`` (a stale entry is replaced; when another
     process saved the same index first, its copy is kept and this one dropped)."""
-    from agentbridge.cache import mark_built
+    from agentbridge import mark_built
 
     mark_built(built)
     if not reusable(kind, path):  # a --no-cache rebuild replaces the old entry
@@ -284,7 +284,7 @@ class DenseRetriever:
         # keyed on the embeddings it is built from, besides this code and faiss
         path = index_dir("dense", f"{embeddings_dir(key).name}-hnsw{HNSW_M}-{HNSW_EF_CONSTRUCTION}") / "hnsw.faiss"
         if cache and reusable("dense", path.parent) and path.is_file():
-            index = faiss.read_index(str(path))
+            index = cast("faiss.IndexHNSWFlat", faiss.read_index(str(path)))  # faiss gives the stored class
         else:
             index = faiss.IndexHNSWFlat(self.embeddings.shape[1], HNSW_M, faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
@@ -412,7 +412,8 @@ class DenseRetriever:
                 for row_i, row_s in zip(ids, scores, strict=True)]
 
 
-RETRIEVERS = {"bm25": TantivyRetriever, "bm25s": BM25Retriever, "dense": DenseRetriever}
+RETRIEVERS: dict[str, Callable[[Sequence[Passage]], Retriever]] = {"bm25": TantivyRetriever, "bm25s": BM25Retriever,
+                                                                   "dense": DenseRetriever}
 _CACHE: dict[tuple[str, str], Retriever] = {}
 _CACHE_LOCK = threading.Lock()
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from agentbridge.rewards import extract_answer, gold_answers, normalize_answer
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge import Trajectory, extract_answer, gold_answers, normalize_answer
 from agentbridge_search.client import retrieved_ids
 
 

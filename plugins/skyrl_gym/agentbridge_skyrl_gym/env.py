@@ -14,8 +14,7 @@ import asyncio
 import copy
 from typing import Any
 
-from agentbridge.env import Message, StepResult, Task, text_of
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge import Message, StepResult, Task, Trajectory, text_of
 from agentbridge_skyrl_gym.tasks import SQL_SOURCE, ensure_database
 
 

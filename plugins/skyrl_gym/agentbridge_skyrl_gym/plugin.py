@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentbridge.hooks import hookimpl
+from agentbridge import hookimpl
 from agentbridge_skyrl_gym.env import SkyRLGymEnv, episode_return, final_reward, solved
 from agentbridge_skyrl_gym.tasks import arithmetic_tasks, dataset_rows, sql_tasks
 

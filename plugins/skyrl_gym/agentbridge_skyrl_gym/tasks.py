@@ -21,8 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agentbridge.datasets import capacity_line, declares_capacity, seed_block_capacity
-from agentbridge.env import Task
+from agentbridge import Task, capacity_line, declares_capacity, seed_block_capacity
 
 SPLIT_BASE = {"train": 0, "dev": 1_000_000, "eval": 2_000_000, "test": 2_000_000}
 SPLIT_SEEDS = 1_000_000  # seeds each split owns, from its base

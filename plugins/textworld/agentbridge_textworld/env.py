@@ -6,7 +6,7 @@ import asyncio
 import re
 from typing import Any
 
-from agentbridge.env import Message, StepResult, Task, text_of, user
+from agentbridge import Message, StepResult, Task, text_of, user
 from agentbridge_textworld.games import game_file
 
 _ACTION = re.compile(r"<action>\s*(.*?)\s*</action>", re.DOTALL)

@@ -18,9 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from agentbridge.cache import cache_dir
-from agentbridge.datasets import capacity_line, declares_capacity, seed_block_capacity
-from agentbridge.env import Task
+from agentbridge import Task, cache_dir, capacity_line, declares_capacity, seed_block_capacity
 
 _GENERATING = threading.Lock()  # TextWorld's generator keeps global state: one game at a time per process
 SPLIT_BASE = {"train": 0, "dev": 1_000_000, "eval": 2_000_000, "test": 2_000_000}

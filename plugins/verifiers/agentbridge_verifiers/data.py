@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentbridge.datasets import capacity_line, declares_capacity
-from agentbridge.env import Task
+from agentbridge import Task, capacity_line, declares_capacity
 from agentbridge_verifiers.client import Connection, server_info, server_url
 
 SPLITS = ("train", "dev", "eval", "test")

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from agentbridge.env import Message, StepResult, Task, load_image
+from agentbridge import Message, StepResult, Task, load_image
 from agentbridge_verifiers.client import AsyncConnection, VerifiersError, running_url, server_info, server_url
 
 _HERMES = re.compile(r"<tool_call>.*?</tool_call>", re.DOTALL)

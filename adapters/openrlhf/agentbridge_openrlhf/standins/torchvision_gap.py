@@ -38,7 +38,7 @@ def install() -> bool:
     def check_but_video(self: Any, name: str, argument: Any) -> Any:
         return None if name == "video_processor" and argument is None else check(self, name, argument)
 
-    mapping.__getitem__ = get_but_video  # type: ignore[method-assign]
-    mapping._agentbridge_gap = True  # type: ignore[attr-defined]
-    processing_utils.ProcessorMixin.check_argument_for_proper_class = check_but_video  # type: ignore[method-assign]
+    mapping.__getitem__ = get_but_video
+    mapping._agentbridge_gap = True
+    processing_utils.ProcessorMixin.check_argument_for_proper_class = check_but_video
     return True

@@ -90,7 +90,7 @@ class _Engine:
         images = images if isinstance(images, list) else [images]
         if images:
             self._check_images(ids, images)
-            from agentbridge.conformance.records import image_digest as agentbridge_digest
+            from agentbridge.adapter.conformance import image_digest as agentbridge_digest
 
             self.images.update((agentbridge_digest(im), im) for im in images)
         out, logprobs, finish = self.turn(ids, sampling_params)
@@ -116,7 +116,7 @@ class GoldenEngine(_Engine):
     """The conformance suite's generator as vLLM: ``golden_turn`` decides the tokens and their log-probs."""
 
     def turn(self, ids: list[int], sampling_params: SamplingParams) -> tuple[list[int], list[float] | None, str]:
-        from agentbridge.conformance.golden import golden_turn
+        from agentbridge.adapter.conformance import golden_turn
 
         budget = sampling_params.max_tokens if sampling_params.max_tokens is not None else 1 << 30
         out, logprobs = golden_turn(self.tokenizer, ids, budget)

@@ -1,0 +1,67 @@
+"""A training run, as a backend's entry point and its metrics readers use it (``from agentbridge.adapter.training
+import ...``):
+
+- the phases around the backend's trainer: :func:`launch_lines`; its metrics: :func:`tensorboard_rows`,
+  :func:`feed_metrics`, :func:`trainer_metrics_main`;
+- the experiment (``agentbridge.training``): :class:`Experiment`, :func:`load_evals`, :func:`check_rl_steps`,
+  :class:`NoTrainingSteps`, :func:`zero_steps_problem`, :class:`RunConsole`, :func:`quiet_libraries`,
+  :class:`RunLogger`, :func:`write_report`;
+- the experiment trackers: :class:`Trackers`, :data:`TRACKERS_PLUGIN` (the name they are registered under),
+  :func:`tracker_environment`, :func:`tracker_env_lines`;
+- the run directory: :func:`keep_earlier_run`, :func:`manifest`, :func:`package_version`, :func:`text_hash`.
+
+Each name is imported from the core on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentbridge.adapter import _lazy
+
+if TYPE_CHECKING:
+    from agentbridge.runs import keep_earlier_run, manifest, package_version, text_hash
+    from agentbridge.training.console import RunConsole, quiet_libraries
+    from agentbridge.training.experiment import Experiment, load_evals
+    from agentbridge.training.guards import NoTrainingSteps, check_rl_steps, zero_steps_problem
+    from agentbridge.training.logger import RunLogger
+    from agentbridge.training.phases import feed_metrics, launch_lines, tensorboard_rows, trainer_metrics_main
+    from agentbridge.training.report import write_report
+    from agentbridge.training.trackers import PLUGIN_NAME as TRACKERS_PLUGIN
+    from agentbridge.training.trackers import Trackers, tracker_env_lines, tracker_environment
+
+# name -> the core module that defines it ("module:attribute" where the core calls it otherwise)
+_CORE = {
+    "keep_earlier_run": "agentbridge.runs",
+    "manifest": "agentbridge.runs",
+    "package_version": "agentbridge.runs",
+    "text_hash": "agentbridge.runs",
+    "RunConsole": "agentbridge.training.console",
+    "quiet_libraries": "agentbridge.training.console",
+    "Experiment": "agentbridge.training.experiment",
+    "load_evals": "agentbridge.training.experiment",
+    "NoTrainingSteps": "agentbridge.training.guards",
+    "check_rl_steps": "agentbridge.training.guards",
+    "zero_steps_problem": "agentbridge.training.guards",
+    "RunLogger": "agentbridge.training.logger",
+    "feed_metrics": "agentbridge.training.phases",
+    "launch_lines": "agentbridge.training.phases",
+    "tensorboard_rows": "agentbridge.training.phases",
+    "trainer_metrics_main": "agentbridge.training.phases",
+    "write_report": "agentbridge.training.report",
+    "TRACKERS_PLUGIN": "agentbridge.training.trackers:PLUGIN_NAME",
+    "Trackers": "agentbridge.training.trackers",
+    "tracker_env_lines": "agentbridge.training.trackers",
+    "tracker_environment": "agentbridge.training.trackers",
+}
+
+__all__ = [
+    "TRACKERS_PLUGIN", "Experiment", "NoTrainingSteps", "RunConsole", "RunLogger", "Trackers", "check_rl_steps",
+    "feed_metrics", "keep_earlier_run", "launch_lines", "load_evals", "manifest", "package_version",
+    "quiet_libraries", "tensorboard_rows", "text_hash", "tracker_env_lines", "tracker_environment",
+    "trainer_metrics_main", "write_report", "zero_steps_problem",
+]
+
+
+def __getattr__(name: str) -> Any:
+    return _lazy.load(_CORE, __name__, name)
