@@ -159,6 +159,15 @@ def recipe(backend: str, *, cpu: bool, plugins: list[str] | None = None, extra: 
     return Recipe(backend, str(info["module"]), "cpu" if cpu else "gpu", steps)
 
 
+def install_command(python: Path) -> list[str]:
+    """The command that installs into ``python``'s environment: ``uv pip install`` where ``$AGENTBRIDGE_UV`` names a uv
+    (scripts/uv-env.sh sets it, with pip's package sources handed to uv), else that environment's ``pip install``."""
+    uv = os.environ.get("AGENTBRIDGE_UV", "")
+    if uv and uv != "off":
+        return [uv, "pip", "install", "--python", str(python), "-q"]
+    return [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+
+
 def setup(backend: str, venv: Path, *, cpu: bool, plugins: list[str] | None = None, extra: list[str] | None = None,
           say: Callable[[str], None] = print, dry_run: bool = False) -> Path:
     """Create (or bring up to date) ``venv`` for ``backend``, check that it imports, record it; returns its python."""
@@ -177,12 +186,13 @@ def setup(backend: str, venv: Path, *, cpu: bool, plugins: list[str] | None = No
         if not python.is_file():
             say(f"[{backend}] creating {venv}")
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        installer = install_command(python)
         for i, step in enumerate(plan.steps, 1):
             say(f"[{backend}] step {i}/{len(plan.steps)}: pip install {' '.join(step)}")
-            cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *step]
-            result = subprocess.run(cmd, capture_output=True, text=True)
+            result = subprocess.run([*installer, *step], capture_output=True, text=True)
             if result.returncode != 0:
-                lines = [ln for ln in result.stderr.splitlines() if ln.startswith("ERROR")] or ["pip failed"]
+                lines = ([ln for ln in result.stderr.splitlines() if ln.startswith(("ERROR", "error:", "  ×"))]
+                         or [f"{Path(installer[0]).name} failed"])
                 raise ValueError(f"backends setup {backend}: step {i} failed: {lines[-1]}")
         stamp.write_text(plan.digest() + "\n")
         say(f"[{backend}] installed in {time.monotonic() - start:.0f}s")

@@ -19,6 +19,7 @@ scripts/system-deps.sh > .agentbridge/system-deps.log 2>&1 &
 sysdeps=$!
 scripts/install.sh pytest hypothesis ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML "tensorboard>=2.14" mkdocs==1.6.1 mkdocs-material==9.8.2
 took ".venv" "$t"
+source scripts/uv-env.sh   # the backends' and plugins' environments below install with uv, as .venv did
 # beside the linters, each in the background with its own log: the backends' environments (mostly unpacking and
 # byte-compiling; each adapter's test.sh then finds its environment up to date), DeepSpeed's wheel (an sdist built
 # against .venv's torch, so that the TRL GPU profiles' ZeRO-3 config is built and checked) and the OpenEnv server's

@@ -14,7 +14,9 @@ if [ ! -f "$marker" ] || [ "$(cat "$marker")" != "$pins" ]; then
   echo "[gem] creating $venv ($pins)" >&2
   { [ -x "$venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$venv"; } >&2 \
     || { echo "[gem] cannot create the venv $venv with ${PYTHON:-python3} -m venv" >&2; exit 1; }
-  PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install -q $pins 2>&1 \
+  installer=("$venv/bin/python" -m pip install)  # or the uv that scripts/uv-env.sh names (AGENTBRIDGE_UV)
+  [ -z "${AGENTBRIDGE_UV:-}" ] || [ "$AGENTBRIDGE_UV" = off ] || installer=("$AGENTBRIDGE_UV" pip install --python "$venv/bin/python")
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "${installer[@]}" -q $pins 2>&1 \
     | { grep -v "is ignored: it is neither" || true; } >&2
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "[gem] pip install $pins into $venv failed" >&2; exit 1; }
   "$venv/bin/python" -c "import gem, gem.wrappers.wrapper_factory" >/dev/null 2>&1 \
