@@ -24,6 +24,28 @@ if TYPE_CHECKING:
 METRIC_NAMES = ("step", "reward/mean", "reward/std", "episode/turns", "episode/response_tokens", "tools/calls",
                 "tools/failures", "time/step_s", "time/generate_s", "time/env_s", "throughput/tokens_per_s",
                 "memory/peak_gb")
+IS_METRIC_NAMES: dict[str, str] = {
+    "is/weight_mean": "mean importance weight the policy loss was multiplied by (after truncation or masking)",
+    "is/ratio_mean": "mean per-token ratio exp(trainer - engine log-prob), before the cap",
+    "is/capped_fraction": "share of the correction's tokens (or sequences) whose ratio was above the cap: truncated "
+                          "or masked",
+    "is/mismatch_kl": "k1 estimate of KL(engine || trainer): mean of engine - trainer log-prob per token",
+    "is/logp_abs_diff": "mean |trainer - engine log-prob| per token",
+}
+"""The importance-sampling names a run's ``metrics.jsonl`` carries on every backend (name -> meaning): each adapter's
+metric table (``NORMALIZED``) maps the backend's own metric onto one of them where the backend logs that quantity, and
+logs nothing under a name whose quantity the backend does not compute. The backends' source names
+(``docs/concepts/runs.md`` has the table, with where each is computed):
+
+* ``is/weight_mean``: TRL ``sampling/importance_sampling_ratio/mean``; veRL ``rollout_corr/rollout_is_mean``.
+* ``is/ratio_mean``: slime ``train/tis`` (``--use-tis``, IcePop); ROLL ``actor/train_infer_ratio_token_mean``.
+* ``is/capped_fraction``: veRL ``rollout_corr/rollout_is_ratio_fraction_high``; OpenRLHF ``is_filter_ratio``; slime
+  ``train/tis_clipfrac``, its MIS helper's ``train/mis_tis_truncate_fraction`` / ``train/mis_tis_mask_fraction_high``;
+  ROLL ``actor/is_weight_clipfrac`` (truncation only).
+* ``is/mismatch_kl``: veRL ``rollout_corr/kl``; OpenRLHF ``vllm_kl``; slime's MIS helper ``train/mis_kl``.
+* ``is/logp_abs_diff``: TRL ``sampling/sampling_logp_difference/mean``; RLinf ``train/actor/rollout_train_kl`` (its
+  FSDP actor); slime ``train/train_rollout_logprob_abs_diff``.
+"""
 
 
 def _mean(xs: Sequence[float]) -> float:

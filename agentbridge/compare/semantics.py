@@ -4,26 +4,83 @@ Each adapter's validator fills ``Report.details["semantics"]`` (aspect -> one li
 itself builds (TRL's ``GRPOConfig``, veRL's composed Hydra config, OpenRLHF's parsed arguments), in shared words
 first and, after `` · ``, in the backend's own names. Two backends differ on an aspect when the shared words
 differ; the backends' own names are shown, never compared.
+
+Adapters do not import this module: each writes the shared words of a recipe knob in the literal formats below
+(``tests/test_recipe_compare.py`` holds every adapter's words to these functions, the same spec compiled for every
+backend giving the same shared words):
+
+* ``LoRA`` (:func:`lora_words`): ``rank 16, alpha 32, targets all-linear`` or ``rank 16, alpha 32, targets q_proj
+  v_proj`` (module names sorted, space-separated), then ``, dropout 0.05`` when the dropout is above 0; ``full
+  fine-tuning`` without an adapter.
+* ``entropy bonus`` (:func:`entropy_words`): ``coef 0.01`` (the loss minus coef x the mean token entropy); ``none``
+  for a coefficient of 0 or none.
+* ``grad clip`` (:func:`grad_clip_words`): ``max norm 0.5`` (the global gradient norm clipped to it); ``none`` when
+  the gradient is not clipped.
+* ``batch`` (:func:`batch_words`): ``8 prompts x 4 samples, 1 epoch(s) x 2 mini-batch(es)``: the step's prompts and
+  samples per prompt, the passes over them and the optimizer steps per pass.
+* ``overlong`` (:func:`overlong_words`): ``truncated episodes masked``, ``penalty 1 over the last 64 tokens``, both
+  joined by ``; ``, or ``none``.
+
+Numbers are written with ``:g`` (``0.01``, ``32``, ``1e-05``), so 32 and 32.0 read the same.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 
 ASPECTS: dict[str, str] = {
     "advantage": "how a sample's advantage is computed and normalised",
     "loss aggregation": "how token losses become the batch loss",
     "clip": "the ratio clip range, and whether ratios are per token or per sequence",
     "KL": "the KL estimator, where it enters (loss or reward) and its coefficient",
+    "entropy bonus": "the coefficient of the mean token entropy subtracted from the loss",
     "IS correction": "the importance-sampling correction between the engine's and the trainer's log-probs",
     "rollout mode": "synchronous, one-step off-policy or asynchronous rollouts, and the staleness allowed",
     "group filtering": "groups dropped before the update",
     "sampling": "the rollouts' sampling",
     "lengths": "the token budgets the backend enforces",
+    "overlong": "what happens to episodes that run out of response tokens: masked, softly penalised",
     "optimizer": "learning rate and schedule",
-    "batch": "prompts and samples per step, and updates per step",
+    "grad clip": "the global gradient norm the actor's gradient is clipped to",
+    "batch": "prompts and samples per step, and the updates over them: epochs x mini-batches",
+    "LoRA": "the low-rank adapter trained (rank, alpha, target modules, dropout), or full fine-tuning",
 }
 SEPARATOR = " · "
+
+
+def lora_words(rank: int | None, alpha: float | None = None, targets: str | Iterable[str] = "all-linear",
+               dropout: float = 0.0) -> str:
+    """The shared words of the ``LoRA`` aspect: ``rank 16, alpha 32, targets q_proj v_proj[, dropout 0.05]``;
+    ``full fine-tuning`` for no adapter (rank 0 or None)."""
+    if not rank:
+        return "full fine-tuning"
+    names = targets if isinstance(targets, str) else " ".join(sorted(targets))
+    scale = 2.0 * rank if alpha is None else float(alpha)
+    return f"rank {rank}, alpha {scale:g}, targets {names}" + (f", dropout {dropout:g}" if dropout else "")
+
+
+def entropy_words(coef: float | None) -> str:
+    """The shared words of the ``entropy bonus`` aspect: ``coef 0.01``, or ``none``."""
+    return f"coef {float(coef):g}" if coef else "none"
+
+
+def grad_clip_words(norm: float | None) -> str:
+    """The shared words of the ``grad clip`` aspect: ``max norm 0.5``, or ``none`` (no norm, or one <= 0)."""
+    return f"max norm {float(norm):g}" if norm is not None and norm > 0 else "none"
+
+
+def batch_words(prompts: int, samples: int, epochs: int, mini_batches: int) -> str:
+    """The shared words of the ``batch`` aspect: ``8 prompts x 4 samples, 1 epoch(s) x 2 mini-batch(es)``."""
+    return f"{prompts} prompts x {samples} samples, {epochs} epoch(s) x {mini_batches} mini-batch(es)"
+
+
+def overlong_words(mask_truncated: bool, buffer: int | None = None, penalty: float = 1.0) -> str:
+    """The shared words of the ``overlong`` aspect: ``truncated episodes masked; penalty 1 over the last 64
+    tokens``, either part alone, or ``none``."""
+    parts = (["truncated episodes masked"] if mask_truncated else []) + (
+        [f"penalty {penalty:g} over the last {buffer} tokens"] if buffer else [])
+    return "; ".join(parts) or "none"
 
 
 def shared(value: str) -> str:

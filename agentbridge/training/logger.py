@@ -7,7 +7,7 @@ import dataclasses
 import resource
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +71,12 @@ class RunLogger:
         self.pending += trajs
         self.rollout_s += rollout_s
 
-    def log(self, step: int, backend_logs: dict[str, Any]) -> dict[str, float] | None:
+    def log(self, step: int, backend_logs: dict[str, Any],
+            names: Mapping[str, str] | None = None) -> dict[str, float] | None:
         """Write the row of ``step`` from the episodes collected since the last row (of every rank); None when there
-        were none, and on every rank but the main one."""
+        were none, and on every rank but the main one. A backend metric in ``names`` (the backend's name ->
+        agentbridge's, e.g. ``agentbridge.runs.IS_METRIC_NAMES``) is written under agentbridge's name instead of
+        ``<prefix>/<name>``."""
         if self.gather is None and not self.pending:
             return None
         trajs, self.pending = self.pending, []
@@ -97,7 +100,7 @@ class RunLogger:
             "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
             "memory/peak_gb": memory,
         })
-        row.update({f"{self.prefix}/{k}": float(v) for k, v in backend_logs.items()
+        row.update({(names or {}).get(k) or f"{self.prefix}/{k}": float(v) for k, v in backend_logs.items()
                     if isinstance(v, int | float) and not isinstance(v, bool)})
         append_jsonl(self.run_dir / "metrics.jsonl", row)
         for i, t in enumerate(trajs):

@@ -14,8 +14,9 @@ CPU, so on CPU only event files written by tests (with OpenRLHF's own logger) ar
 driver's names too (``episode/*``, ``tools/*``, ``finish/*``, ``reward/<component>``, ``time/generate_s``): they
 reach OpenRLHF's status through the executor's ``extra_logs``. ``throughput/tokens_per_s`` is derived (OpenRLHF logs
 none): ``total_length`` x ``rollout/num_samples`` / ``timing/step_total``. Some need more than a GPU run:
-``openrlhf/entropy`` only with ``--actor.entropy_coef`` set, ``openrlhf/vllm_kl`` only with off-policy correction
-(``is_correction``), ``openrlhf/critic_*`` only for ``ppo``, ``openrlhf/eval/*`` only with ``eval_steps``.
+``openrlhf/entropy`` only with ``--actor.entropy_coef`` set, ``is/mismatch_kl`` and ``is/capped_fraction`` only with
+off-policy correction (``is_correction``), ``openrlhf/critic_*`` only for ``ppo``, ``openrlhf/eval/*`` only with
+``eval_steps``.
 ``memory/peak_gb`` is never there: OpenRLHF 0.11.2 logs no memory figure.
 """
 
@@ -26,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge.runs import write_jsonl
-from agentbridge.training.phases import feed_metrics
+from agentbridge.adapter import write_jsonl
+from agentbridge.adapter.training import feed_metrics
 
 SOURCE = "tensorboard"
 TRACKER_DIR = "agentbridge"  # agentbridge's own TensorBoard tracker writes here, beside OpenRLHF's run directories
@@ -43,6 +44,10 @@ NORMALIZED = {  # OpenRLHF's key (after train/) -> agentbridge's name
     "entropy_loss": "openrlhf/entropy",
     "actor_grad_norm": "openrlhf/grad_norm",
     "actor_lr": "openrlhf/lr",
+    # importance sampling (agentbridge.runs.IS_METRIC_NAMES), with is_correction: OpenRLHF 0.11.2's
+    # models/loss.py PolicyLoss.forward, logged by trainer/ray/ppo_actor.py training_step
+    "vllm_kl": "is/mismatch_kl",  # mean of rollout - old log-prob
+    "is_filter_ratio": "is/capped_fraction",  # tokens outside [0, cap]: clipped or masked
 }
 # the executor's extra_logs (agentbridge_openrlhf.executor.extra_logs): already agentbridge's names, averaged per sample
 DRIVER = ("reward/", "episode/", "tools/", "finish/", "time/")
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or args[0].startswith("-"):
         print("usage: python -m agentbridge_openrlhf.run_metrics RUN_DIR [--job JOB_DIR]", file=sys.stderr)
         return 2
-    from agentbridge.plugins import get_plugins
+    from agentbridge.adapter import get_plugins
 
     logging.getLogger("tensorboard").setLevel(logging.ERROR)  # its warnings would add lines for one bad file
     run_dir = Path(args[0])

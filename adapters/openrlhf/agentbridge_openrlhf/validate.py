@@ -24,8 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentbridge import Message
 from agentbridge import adapter as kit
-from agentbridge.backends import Problem
+from agentbridge.adapter import Problem
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import is_correction_words, rollout_words
 from agentbridge_openrlhf.config import OPENRLHF_PIN, OWNED
@@ -177,7 +178,7 @@ def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
     if key in _LONGEST:
         return _LONGEST[key]
 
-    from agentbridge.rollout.agent import Agent, load_tasks
+    from agentbridge.adapter.rollout import Agent, load_tasks
 
     agent = Agent(spec, tokenizer)
 
@@ -191,7 +192,8 @@ def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
             messages = await env.reset(task)
         finally:
             await env.close()
-        system = [{"role": "system", "content": spec.agent.system_prompt}] if spec.agent.system_prompt else []
+        system: list[Message] = ([{"role": "system", "content": spec.agent.system_prompt}]
+                                 if spec.agent.system_prompt else [])
         return len(agent.renderer.encode(agent.renderer.render_text([*system, *messages],
                                                                     add_generation_prompt=True)))
 
@@ -206,9 +208,10 @@ def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
     return _LONGEST[key]
 
 
-def semantics_of(args: Any) -> dict[str, str]:
-    """What OpenRLHF will do, read from its parsed arguments: the aspects of ``agentbridge.compare.semantics``, in
-    their shared words, then `` · `` and OpenRLHF's own names."""
+def semantics_of(args: Any, spec: Any = None) -> dict[str, str]:
+    """What OpenRLHF will do, read from its parsed arguments (and, with the job's ``spec``, the overlong shaping of
+    agentbridge's rollout): the aspects of ``agentbridge.compare.semantics``, in their shared words, then `` · `` and
+    OpenRLHF's own names."""
     def f(name: str) -> Any:
         return _flag(args, name)
 
@@ -230,6 +233,8 @@ def semantics_of(args: Any) -> dict[str, str]:
         "loss aggregation": str(f("actor.loss_agg_mode")),
         "clip": f"({low}, {high}) on {level} ratios · policy_loss_type {f('actor.policy_loss_type')}",
         "KL": kl,
+        "entropy bonus": (f"coef {float(f('actor.entropy_coef')):g}" if f("actor.entropy_coef") else "none")
+                         + f" · actor.entropy_coef {f('actor.entropy_coef')}",
         "IS correction": _is_correction(f),
         "rollout mode": _rollout_mode(f),
         "group filtering": (f"groups outside reward range {f('algo.dynamic_filtering_range')} dropped"
@@ -237,11 +242,47 @@ def semantics_of(args: Any) -> dict[str, str]:
         "sampling": f"temperature {f('rollout.temperature')}, top_p {f('rollout.top_p')}, "
                     f"top_k {top_k if top_k not in (None, -1) else 'off'}",
         "lengths": f"prompt + response {f('data.max_len')} tokens, {f('rollout.max_new_tokens')} new tokens per turn",
+        **({} if spec is None else {"overlong": _overlong(f, spec.algorithm.overlong)}),
         "optimizer": f"lr {f('actor.adam.lr')}, {str(f('actor.lr_scheduler')).removesuffix('_with_warmup')} after "
                      f"warmup · warmup ratio {f('actor.lr_warmup_ratio')}, {f('actor.lr_scheduler')}",
-        "batch": f"{f('rollout.batch_size')} prompts x {f('rollout.n_samples_per_prompt')} samples · train batch "
-                 f"{f('train.batch_size')} samples, {f('actor.max_epochs') or 1} epoch(s)",
+        "grad clip": (f"max norm {float(f('actor.max_norm')):g}" if (f("actor.max_norm") or 0) > 0 else "none")
+                     + f" · actor.max_norm {f('actor.max_norm')}",
+        "batch": _batch(f),
+        "LoRA": _lora(f),
     }
+
+
+def _batch(f: Any) -> str:
+    """The batch aspect of :func:`semantics_of`: ``train.max_epochs`` passes over the step's samples in optimizer
+    steps of ``train.batch_size`` samples."""
+    prompts, n, train = f("rollout.batch_size"), f("rollout.n_samples_per_prompt"), f("train.batch_size")
+    epochs = f("train.max_epochs") or 1
+    return (f"{prompts} prompts x {n} samples, {epochs} epoch(s) x {max(1, prompts * n // train)} mini-batch(es) · "
+            f"train.batch_size {train} samples, train.max_epochs {epochs}")
+
+
+def _lora(f: Any) -> str:
+    """The LoRA aspect of :func:`semantics_of`: DeepSpeed's adapter when ``ds.lora.rank`` > 0, else full
+    fine-tuning."""
+    rank = int(f("ds.lora.rank") or 0)
+    if rank <= 0:
+        return f"full fine-tuning · ds.lora.rank {rank}"
+    targets = f("ds.lora.target_modules")
+    names = targets if isinstance(targets, str) else " ".join(sorted(str(t) for t in targets))
+    dropout = float(f("ds.lora.dropout") or 0)
+    return (f"rank {rank}, alpha {float(f('ds.lora.alpha')):g}, targets {names}"
+            + (f", dropout {dropout:g}" if dropout else "") + f" · ds.lora.rank {rank}, ds.lora.alpha "
+            f"{f('ds.lora.alpha')}")
+
+
+def _overlong(f: Any, overlong: Any) -> str:
+    """The overlong aspect of :func:`semantics_of`: agentbridge's rollout masks and penalises as
+    ``algorithm.overlong`` says; OpenRLHF's own overlong reward (``reward.overlong_buffer_len``) is refused at
+    validate."""
+    parts = ["truncated episodes masked"] if overlong is not None and overlong.mask_truncated else []
+    if overlong is not None and overlong.buffer:
+        parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
+    return ("; ".join(parts) or "none") + f" · reward.overlong_buffer_len {f('reward.overlong_buffer_len')}"
 
 
 def _is_correction(f: Any) -> str:
@@ -293,7 +334,7 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
     except ArgsError as e:
         return [*problems, Problem("launch.sh", f"OpenRLHF {OPENRLHF_PIN} rejects the command line: {e}")]
     if semantics is not None:
-        semantics.update(semantics_of(args))
+        semantics.update(semantics_of(args, spec))
     problems += _silent_checks(spec, args, argv, job_dir, tokenizer)
     problems += reward_server_problems(job_dir, _reward_model_path(spec))
     if tokenizer is not None:  # a hub id not on this machine has no config to read (said in skipped)
@@ -303,7 +344,7 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
 
 def _reward_model_path(spec: Spec) -> str | None:
     """The local directory of the reward model the job serves (None: none served, or not on this machine)."""
-    from agentbridge.models import resolve_model_path
+    from agentbridge.adapter.models import resolve_model_path
     from agentbridge_openrlhf.reward_server import served
 
     rm = served(spec)

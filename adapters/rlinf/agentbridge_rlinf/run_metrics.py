@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentbridge.training.phases import tensorboard_rows, trainer_metrics_main
+from agentbridge.adapter.training import tensorboard_rows, trainer_metrics_main
 
 NORMALIZED = {  # RLinf's tag -> agentbridge's name
     "rollout/rewards": "reward/mean",  # the mean reward of the step's episodes (compute_rollout_metrics)
@@ -33,6 +33,9 @@ NORMALIZED = {  # RLinf's tag -> agentbridge's name
     "train/actor/entropy_loss": "rlinf/entropy",
     "train/actor/grad_norm": "rlinf/grad_norm",
     "train/actor/lr": "rlinf/lr",
+    # importance sampling (agentbridge.runs.IS_METRIC_NAMES): RLinf 0.3.0's FSDP actor
+    # (workers/actor/fsdp_actor_worker.py compute_rollout_train_kl: mean |recomputed - rollout log-prob|)
+    "train/actor/rollout_train_kl": "is/logp_abs_diff",
 }
 # the agent loop's metrics (agentbridge_rlinf.agent_loop: EPISODE_METRICS): agentbridge's names already
 DRIVER = ("episode/", "tools/", "reward/", "time/generate_s", "time/env_s")

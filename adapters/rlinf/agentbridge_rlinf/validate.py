@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.backends import Problem
+from agentbridge.adapter import Problem
 from agentbridge.spec import Spec
 from agentbridge_rlinf import RLINF_PIN
 from agentbridge_rlinf.config import CONFIG_NAME, path_overrides
@@ -60,18 +60,52 @@ def _algorithm(cfg: Any) -> list[Problem]:
     return problems
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
-    """Every problem RLinf (or agentbridge's side of the job) finds, one line each; RLinf's chatter muted."""
+def semantics_of(cfg: Any, spec: Any = None) -> dict[str, str]:
+    """What RLinf will do, read from the composed and validated config (and, with the job's ``spec``, the overlong
+    shaping of agentbridge's rollout): the recipe aspects of ``agentbridge.compare.semantics`` (entropy bonus,
+    overlong, grad clip, batch, LoRA), in their shared words, then `` · `` and RLinf's own names."""
+    algo, actor = cfg.algorithm, cfg.actor
+    bonus = float(algo.get("entropy_bonus") or 0)
+    on = bool(algo.get("calculate_entropy")) and bonus > 0  # FSDPActor.calculate_entropy_loss
+    norm = actor.optim.get("clip_grad")
+    prompts, n, mini = cfg.data.rollout_batch_size, algo.group_size, algo.get("n_minibatches") or 1
+    out = {
+        "entropy bonus": (f"coef {bonus:g}" if on else "none") + f" · algorithm.entropy_bonus {bonus:g}, "
+                         f"calculate_entropy {algo.get('calculate_entropy')}",
+    }
+    if spec is not None:
+        overlong, parts = spec.algorithm.overlong, []
+        if overlong is not None and overlong.mask_truncated:
+            parts.append("truncated episodes masked")
+        if overlong is not None and overlong.buffer:
+            parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
+        out["overlong"] = "; ".join(parts) or "none"
+    out["grad clip"] = (f"max norm {float(norm):g}" if norm is not None and float(norm) > 0 else "none") + \
+        f" · actor.optim.clip_grad {norm}"
+    # the reasoning actor updates once per rollout (update_epoch is the embodied actor's), in n_minibatches steps
+    out["batch"] = (f"{prompts} prompts x {n} samples, 1 epoch(s) x {mini} mini-batch(es) · "
+                    f"data.rollout_batch_size {prompts}, algorithm.group_size {n}, n_minibatches {mini}")
+    lora = bool(actor.model.get("is_lora", False))
+    out["LoRA"] = (f"rank {actor.model.get('lora_rank')} · actor.model.is_lora true" if lora
+                   else "full fine-tuning · actor.model.is_lora false")
+    return out
+
+
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
+                 semantics: dict[str, str] | None = None) -> list[Problem]:
+    """Every problem RLinf (or agentbridge's side of the job) finds, one line each; RLinf's chatter muted.
+    ``semantics`` receives what the validated config will do (:func:`semantics_of`)."""
     level = logging.getLogger().level
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         try:
-            return _validate(Path(job_dir), [] if skipped is None else skipped, spec)
+            return _validate(Path(job_dir), [] if skipped is None else skipped, spec,
+                             {} if semantics is None else semantics)
         finally:
             logging.getLogger().setLevel(level)  # rlinf.config sets the root logger to INFO on import
 
 
-def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Problem]:
+def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: dict[str, str]) -> list[Problem]:
     from agentbridge_rlinf.backend import RlinfBackend
 
     job_dir = Path(job_dir).resolve()
@@ -98,6 +132,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None) -> list[Prob
     except Exception as e:  # noqa: BLE001 - OmegaConf's errors (missing keys, interpolations), one line
         return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"RLinf's config does not resolve: {kit.first_line(e)}")]
     problems += _algorithm(cfg)
+    semantics.update(semantics_of(cfg, spec))
     try:
         from agentbridge_rlinf.agent_loop import AgentBridgeAgentLoopWorker  # noqa: F401
     except ImportError as e:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentbridge.training.phases import tensorboard_rows, trainer_metrics_main
+from agentbridge.adapter.training import tensorboard_rows, trainer_metrics_main
 
 SOURCE = Path("tensorboard") / "roll"
 NORMALIZED = {  # ROLL's tag -> agentbridge's name
@@ -33,6 +33,10 @@ NORMALIZED = {  # ROLL's tag -> agentbridge's name
     "actor/kl_loss": "roll/kl",  # KL to the reference model in the loss (use_kl_loss)
     "actor/clipfrac": "roll/clip_fraction",
     "actor/lr": "roll/lr",
+    # importance sampling (agentbridge.runs.IS_METRIC_NAMES): ROLL's roll/utils/train_infer_corrections.py
+    # (compute_train_infer_correction; its @sum reducer tag stripped by the tracker)
+    "actor/train_infer_ratio_token_mean": "is/ratio_mean",  # exp(old - infer log-prob) per token, before the cap
+    "actor/is_weight_clipfrac": "is/capped_fraction",  # weights above is_weight.upper_bound (truncation)
 }
 
 

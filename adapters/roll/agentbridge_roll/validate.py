@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.backends import Problem
+from agentbridge.adapter import Problem
 from agentbridge.spec import Spec, SpecError, load_spec
 from agentbridge_roll import ROLL_SOURCE, keep_roll_logs_out_of_cwd
 from agentbridge_roll.config import CONFIG_NAME, path_overrides
@@ -101,9 +101,7 @@ def _classes(config: Any) -> list[Problem]:
 
 def _envs(config: Any) -> list[Problem]:
     """Each agentbridge env slot's spec and tasks load and its budgets fit ROLL's ``sequence_length``."""
-    from agentbridge.rollout.agent import read_tasks_jsonl
-    from agentbridge.rollout.agent_edge import fit_limits
-    from agentbridge.rollout.trajectory import Limits
+    from agentbridge.adapter.rollout import Limits, fit_limits, read_tasks_jsonl
 
     problems = []
     for tag, env in config.custom_envs.items():
@@ -129,8 +127,47 @@ def _envs(config: Any) -> list[Problem]:
     return problems
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None) -> list[Problem]:
-    """Every problem ROLL (or agentbridge's side of the job) finds, one line each; ROLL's chatter muted."""
+def semantics_of(config: Any, spec: Any = None) -> dict[str, str]:
+    """What ROLL will do, read from its ``AgenticConfig`` (and, with the job's ``spec``, the overlong shaping of
+    agentbridge's rollout): the recipe aspects of ``agentbridge.compare.semantics`` (entropy bonus, overlong, grad
+    clip, batch, LoRA), in their shared words, then `` · `` and ROLL's own names."""
+    coef, norm = float(config.entropy_loss_coef or 0), config.max_grad_norm
+    out = {"entropy bonus": (f"coef {coef:g}" if coef > 0 else "none") + f" · entropy_loss_coef {coef:g}"}
+    if spec is not None:
+        overlong, parts = spec.algorithm.overlong, []
+        if overlong is not None and overlong.mask_truncated:
+            parts.append("truncated episodes masked")
+        if overlong is not None and overlong.buffer:
+            parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
+        out["overlong"] = "; ".join(parts) or "none"
+    out["grad clip"] = (f"max norm {float(norm):g}" if norm is not None and norm > 0 else "none") + \
+        f" · max_grad_norm {norm}"
+    # rollout_batch_size counts trajectories; an optimizer step takes per_device x accumulation x workers of them
+    train, n = config.actor_train, config.train_env_manager.group_size
+    args = train.training_args
+    step = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(1, train.world_size or 1)
+    out["batch"] = (f"{config.rollout_batch_size // n} prompts x {n} samples, {config.ppo_epochs} epoch(s) x "
+                    f"{max(1, config.rollout_batch_size // step)} mini-batch(es) · rollout_batch_size "
+                    f"{config.rollout_batch_size} trajectories, {step} per optimizer step, ppo_epochs "
+                    f"{config.ppo_epochs}")
+    model = train.model_args
+    targets = model.lora_target  # LoRA is on when it is set (after __post_init__: a list, or a regex string)
+    if not targets:
+        out["LoRA"] = "full fine-tuning · actor_train.model_args.lora_target null"
+    else:
+        names = targets if isinstance(targets, str) else " ".join(sorted(targets))
+        names = "all-linear" if names == "all" else names
+        dropout = float(model.lora_dropout or 0)
+        out["LoRA"] = (f"rank {model.lora_rank}, alpha {float(model.lora_alpha):g}, targets {names}"
+                       + (f", dropout {dropout:g}" if dropout else "")
+                       + f" · lora_target {targets}, lora_rank {model.lora_rank}, lora_alpha {model.lora_alpha}")
+    return out
+
+
+def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
+                 semantics: dict[str, str] | None = None) -> list[Problem]:
+    """Every problem ROLL (or agentbridge's side of the job) finds, one line each; ROLL's chatter muted.
+    ``semantics`` receives what the built ``AgenticConfig`` will do (:func:`semantics_of`)."""
     skipped = [] if skipped is None else skipped
     job_dir = Path(job_dir).resolve()
     from agentbridge_roll.backend import RollBackend
@@ -149,7 +186,7 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
         return [*problems, Problem("roll", f"ROLL does not import here ({kit.first_line(e)}); {INSTALL}")]
     skipped.append(f"ROLL's version: a source checkout carries none to compare; this adapter is verified against "
                    f"{ROLL_SOURCE}")
-    from agentbridge.models import ModelError, is_hub_id, load_tokenizer, resolve_model_path
+    from agentbridge.adapter.models import ModelError, is_hub_id, load_tokenizer, resolve_model_path
 
     tokenizer = None
     try:
@@ -170,6 +207,8 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
     except Exception as e:  # noqa: BLE001 - dacite's type errors and AgenticConfig's assertions, one line
         return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"ROLL's AgenticConfig rejects it: {kit.first_line(e)}")]
     problems += _classes(config) + _envs(config)
+    if semantics is not None:
+        semantics.update(semantics_of(config, spec))
     skipped.append("ROLL's AgenticPipeline (workers placed on GPUs by device_mapping): run by the job's entry")
     _, agent_problems = kit.agent_check(spec, tokenizer)
     unique = {str(p): p for p in problems + agent_problems}  # the train and eval slots share spec and lengths

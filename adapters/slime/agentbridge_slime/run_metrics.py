@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentbridge.training.phases import tensorboard_rows, trainer_metrics_main
+from agentbridge.adapter.training import tensorboard_rows, trainer_metrics_main
 
 SOURCE = Path("tensorboard") / "slime"
 NORMALIZED = {  # slime's tag -> agentbridge's name
@@ -34,6 +34,15 @@ NORMALIZED = {  # slime's tag -> agentbridge's name
     "train/entropy_loss": "slime/entropy",
     "train/grad_norm": "slime/grad_norm",
     "train/lr-pg_0": "slime/lr",
+    # importance sampling (agentbridge.runs.IS_METRIC_NAMES): slime's backends/megatron_utils/loss.py
+    # (policy_loss_function; vanilla_tis_function and icepop_function for --use-tis) and its MIS helper
+    # (examples/train_infer_mismatch_helper/mis.py, keys prefixed mis_)
+    "train/tis": "is/ratio_mean",  # exp(old - rollout log-prob) per token, before --tis-clip
+    "train/tis_clipfrac": "is/capped_fraction",  # tokens truncated (TIS) or zeroed (IcePop)
+    "train/mis_tis_truncate_fraction": "is/capped_fraction",  # MIS truncate: weights above tis_upper_bound
+    "train/mis_tis_mask_fraction_high": "is/capped_fraction",  # MIS mask: weights above tis_upper_bound
+    "train/mis_kl": "is/mismatch_kl",  # MIS: mean of rollout - train log-prob
+    "train/train_rollout_logprob_abs_diff": "is/logp_abs_diff",  # mean |old - rollout log-prob|
 }
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agentbridge import adapter as kit
-from agentbridge.backends import Problem
+from agentbridge.adapter import Problem
 from agentbridge.spec import Spec, SpecError, load_spec
 from agentbridge_slime import SLIME_PIN
 
@@ -48,6 +48,7 @@ MEGATRON_FLAGS: dict[str, dict[str, Any]] = {
     "--hidden-dropout": {"type": float, "default": 0.1},
     "--accumulate-allreduce-grads-in-fp32": {"action": "store_true"},
     "--attention-softmax-in-fp32": {"action": "store_true"},
+    "--clip-grad": {"type": float, "default": 1.0},  # Megatron's gradient clip (semantics_of: "grad clip")
 }
 PLACEHOLDER_RUN_DIR = "/tmp/agentbridge-slime-check"  # where checkpoints would go: only named, never written
 KL_ESTIMATORS = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "k3"}
@@ -104,9 +105,10 @@ def parse_job(job_dir: Path, model: str, run_dir: str = PLACEHOLDER_RUN_DIR,
     return args
 
 
-def semantics_of(args: Any) -> dict[str, str]:
-    """What slime will do, read from its parsed and validated ``args``: the aspects of
-    ``agentbridge.compare.semantics``, in their shared words, then `` · `` and slime's own names."""
+def semantics_of(args: Any, spec: Any = None) -> dict[str, str]:
+    """What slime will do, read from its parsed and validated ``args`` (and, with the job's ``spec``, the overlong
+    shaping of agentbridge's rollout): the aspects of ``agentbridge.compare.semantics``, in their shared words, then
+    `` · `` and slime's own names."""
     est = args.advantage_estimator
     advantage = {"grpo": "r - group mean", "gspo": "r - group mean", "cispo": "r - group mean",
                  "reinforce_plus_plus": "whitened returns", "reinforce_plus_plus_baseline": "r - group mean, whitened",
@@ -130,6 +132,8 @@ def semantics_of(args: Any) -> dict[str, str]:
                                            f" · --calculate-per-token-loss {args.calculate_per_token_loss}"),
         "clip": f"({args.eps_clip}, {args.eps_clip_high}) on {level} ratios · --eps-clip, --eps-clip-high",
         "KL": "; ".join(kl) or "none",
+        "entropy bonus": (f"coef {float(args.entropy_coef):g}" if args.entropy_coef else "none")
+                         + f" · --entropy-coef {args.entropy_coef}",
         "IS correction": is_semantics(args),
         "group filtering": ("groups with equal rewards dropped" if args.dynamic_sampling_filter_path else "none")
                            + (f" · {args.dynamic_sampling_filter_path}" if args.dynamic_sampling_filter_path else ""),
@@ -137,10 +141,25 @@ def semantics_of(args: Any) -> dict[str, str]:
                     f"top_k {top_k if top_k not in (None, -1) else 'off'}",
         "lengths": f"prompt {args.rollout_max_prompt_len}, response {args.rollout_max_response_len} tokens · "
                    f"--rollout-max-context-len {args.rollout_max_context_len}",
+        **({} if spec is None else {"overlong": overlong_semantics(spec.algorithm.overlong)}),
         "optimizer": f"lr {args.lr}, {args.lr_decay_style} after warmup · {args.lr_warmup_iters} warmup iters",
-        "batch": f"{args.rollout_batch_size} prompts x {args.n_samples_per_prompt} samples · global batch "
-                 f"{args.global_batch_size} samples",
+        "grad clip": (f"max norm {float(args.clip_grad):g}" if args.clip_grad and args.clip_grad > 0 else "none")
+                     + f" · --clip-grad {args.clip_grad}",
+        # slime trains each rollout once (no epochs flag), in global batches of --global-batch-size samples
+        "batch": f"{args.rollout_batch_size} prompts x {args.n_samples_per_prompt} samples, 1 epoch(s) x "
+                 f"{max(1, args.rollout_batch_size * args.n_samples_per_prompt // args.global_batch_size)} "
+                 f"mini-batch(es) · --global-batch-size {args.global_batch_size} samples",
+        "LoRA": "full fine-tuning · Megatron trains every parameter (slime has no LoRA)",
     }
+
+
+def overlong_semantics(overlong: Any) -> str:
+    """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says, the same on
+    every backend."""
+    parts = ["truncated episodes masked"] if overlong is not None and overlong.mask_truncated else []
+    if overlong is not None and overlong.buffer:
+        parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
+    return "; ".join(parts) or "none"
 
 
 def is_semantics(args: Any) -> str:
@@ -194,7 +213,7 @@ def _begin(job_dir: Path, spec: Spec | None) -> tuple[Spec | None, list[Problem]
     but slime comes from a checkout on ``PYTHONPATH``, not a distribution with a version)."""
     import importlib.util
 
-    from agentbridge.models import ModelError, load_tokenizer, resolve_model_path
+    from agentbridge.adapter.models import ModelError, load_tokenizer, resolve_model_path
     from agentbridge_slime.backend import SlimeBackend
 
     if spec is None:
@@ -233,7 +252,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
         return [*problems, Problem("slime_job.yaml", f"slime's argument parser rejects it: {kit.first_line(e)}")]
     except (AssertionError, ValueError, FileNotFoundError, KeyError) as e:
         return [*problems, Problem("slime_job.yaml", f"slime's slime_validate_args rejects it: {kit.first_line(e)}")]
-    semantics.update(semantics_of(args))
+    semantics.update(semantics_of(args, spec))
     semantics["rollout mode"] = rollout_semantics(job_dir)
     skipped.append("Megatron-LM's parser and megatron_validate_args (model architecture, parallelism): run by "
                    "slime's train.py on the cluster" + (f"; flags only Megatron declares: {', '.join(unchecked)}"

@@ -15,7 +15,7 @@ from typing import Any
 from unittest.mock import patch
 
 from agentbridge import adapter as kit
-from agentbridge.backends import Problem
+from agentbridge.adapter import Problem
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import is_correction_words, rollout_words
 
@@ -23,9 +23,10 @@ LOSS_AGGREGATION = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo":
                     "dr_grpo": "seq-mean-token-sum-norm (max_completion_length)"}
 
 
-def semantics_of(config: Any) -> dict[str, str]:
-    """What TRL will do, read from the built GRPOConfig: the aspects of ``agentbridge.compare.semantics``, in their
-    shared words, then `` · `` and TRL's own names."""
+def semantics_of(config: Any, spec: Any = None) -> dict[str, str]:
+    """What TRL will do, read from the built GRPOConfig (and, with the job's ``spec``, the PEFT ``LoraConfig`` the
+    trainer gets and the overlong shaping of agentbridge's rollout): the aspects of ``agentbridge.compare.semantics``,
+    in their shared words, then `` · `` and TRL's own names."""
     c = config
     norm = {"group": ", / group std", "batch": ", / batch std"}.get(str(c.scale_rewards), ", no std")
     high = c.epsilon_high if c.epsilon_high is not None else c.epsilon
@@ -35,17 +36,72 @@ def semantics_of(config: Any) -> dict[str, str]:
         "loss aggregation": f"{LOSS_AGGREGATION.get(c.loss_type, c.loss_type)} · loss_type {c.loss_type}",
         "clip": f"({c.epsilon}, {high}) on {c.importance_sampling_level} ratios",
         "KL": f"k3 in the loss, coef {c.beta}" if c.beta else "none",
+        "entropy bonus": entropy_semantics(c),
         "IS correction": is_semantics(c),
         "rollout mode": f"{rollout_words('sync')} · GRPOTrainer generates each step's episodes with the current policy",
         "group filtering": "none",
         "sampling": f"temperature {c.temperature}, top_p {c.top_p}, top_k {c.top_k or 'off'}",
         "lengths": f"completion {c.max_completion_length} tokens"
                    + (" · truncated completions masked" if c.mask_truncated_completions else ""),
+        **({} if spec is None else {"overlong": overlong_semantics(c, spec.algorithm.overlong)}),
         "optimizer": f"lr {c.learning_rate}, {str(schedule).removesuffix('_with_warmup')} after warmup · "
                      f"{c.warmup_steps} warmup steps, {schedule}",
-        "batch": f"{c.per_device_train_batch_size // c.num_generations} prompts x {c.num_generations} samples · per "
-                 f"device; {c.num_iterations} update(s) per generation, accumulation {c.gradient_accumulation_steps}",
+        "grad clip": (f"max norm {c.max_grad_norm:g}" if c.max_grad_norm and c.max_grad_norm > 0 else "none")
+                     + f" · max_grad_norm {c.max_grad_norm}",
+        "batch": batch_semantics(c, spec),
+        **({} if spec is None else {"LoRA": lora_semantics(spec)}),
     }
+
+
+def entropy_semantics(c: Any) -> str:
+    """The ``entropy bonus`` aspect of a GRPOConfig (``coef C`` or ``none``; adaptive control in TRL's words)."""
+    coef = float(c.entropy_coef or 0.0)
+    if getattr(c, "use_adaptive_entropy", False):
+        return (f"adaptive from coef {coef:g}, target entropy {c.entropy_target:g} · use_adaptive_entropy, "
+                f"entropy_coef {coef:g}")
+    return (f"coef {coef:g}" if coef else "none") + f" · entropy_coef {coef:g}"
+
+
+def batch_semantics(c: Any, spec: Any = None) -> str:
+    """The ``batch`` aspect: one generation of ``per_device_train_batch_size x steps_per_generation`` samples per
+    process (the job's processes: ``spec``'s world, 1 without it), updated ``num_iterations`` times over
+    ``steps_per_generation / gradient_accumulation_steps`` optimizer steps."""
+    from agentbridge_trl.config import world_size
+
+    world = 1 if spec is None else world_size(spec)
+    steps = int(c.steps_per_generation or c.gradient_accumulation_steps)
+    prompts = c.per_device_train_batch_size * steps * world // c.num_generations
+    mini = max(1, steps // c.gradient_accumulation_steps)
+    return (f"{prompts} prompts x {c.num_generations} samples, {c.num_iterations} epoch(s) x {mini} mini-batch(es) · "
+            f"per_device_train_batch_size {c.per_device_train_batch_size}, steps_per_generation {steps}, "
+            f"gradient_accumulation_steps {c.gradient_accumulation_steps}, num_iterations {c.num_iterations}, "
+            f"{world} process(es)")
+
+
+def lora_semantics(spec: Any) -> str:
+    """The ``LoRA`` aspect: the PEFT ``LoraConfig`` the job's trainer passes GRPOTrainer (``peft_config``), or full
+    fine-tuning without one."""
+    from agentbridge_trl.trainer import lora_config
+
+    peft = lora_config(spec)
+    if peft is None:
+        return "full fine-tuning · peft_config None"
+    targets = peft.target_modules if isinstance(peft.target_modules, str) else " ".join(sorted(peft.target_modules))
+    words = f"rank {peft.r}, alpha {float(peft.lora_alpha):g}, targets {targets}" + (
+        f", dropout {peft.lora_dropout:g}" if peft.lora_dropout else "")
+    return f"{words} · peft LoraConfig(r={peft.r}, lora_alpha={peft.lora_alpha}, lora_dropout={peft.lora_dropout})"
+
+
+def overlong_semantics(c: Any, overlong: Any) -> str:
+    """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says (the same on
+    every backend); TRL's own ``mask_truncated_completions`` (dapo's preset) also masks a completion that does not
+    end in EOS."""
+    parts = ["truncated episodes masked"] if overlong is not None and overlong.mask_truncated else []
+    if overlong is not None and overlong.buffer:
+        parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
+    if c.mask_truncated_completions:
+        parts.append("completions without EOS masked")
+    return "; ".join(parts) or "none"
 
 
 def is_semantics(c: Any) -> str:
@@ -137,14 +193,14 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
         problems.append(Problem("grpo_config.json", f"GRPOConfig rejects it: {said[:400]}"))
     else:
         if semantics is not None:
-            semantics.update(semantics_of(config))
+            semantics.update(semantics_of(config, start.spec))
     return problems + rl_steps_problems(job_dir, kwargs, start.spec) + kit.agent_check(start.spec, start.tokenizer)[1]
 
 
 def rl_steps_problems(job_dir: Path, kwargs: dict[str, Any], spec: Spec) -> list[Problem]:
     """One problem when the job's RL phase would make no step: fewer training tasks than one step's prompts, or
     steps that resolve to 0 (:func:`agentbridge_trl.config.rl_step_plan`)."""
-    from agentbridge.training.guards import zero_steps_problem
+    from agentbridge.adapter.training import zero_steps_problem
     from agentbridge_trl.config import rl_step_plan, world_size
 
     train = job_dir / "data" / "train.jsonl"

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge.runs import read_jsonl, write_jsonl
+from agentbridge.adapter import read_jsonl, write_jsonl
 
 SOURCE = "verl_metrics.jsonl"
 NORMALIZED = {
@@ -35,6 +35,11 @@ NORMALIZED = {
     "actor/entropy": "verl/entropy",
     "actor/grad_norm": "verl/grad_norm",
     "actor/lr": "verl/lr",
+    # importance sampling (agentbridge.runs.IS_METRIC_NAMES), with algorithm.rollout_correction: veRL 0.9.1's
+    # trainer/ppo/rollout_corr_helper.py (compute_is_metrics, compute_offpolicy_metrics; prefix rollout_corr/)
+    "rollout_corr/rollout_is_mean": "is/weight_mean",  # the applied (truncated or masked) weights' mean
+    "rollout_corr/rollout_is_ratio_fraction_high": "is/capped_fraction",  # raw weight above the upper threshold
+    "rollout_corr/kl": "is/mismatch_kl",  # mean of rollout - old log-prob
 }
 
 
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m agentbridge_verl.run_metrics RUN_DIR", file=sys.stderr)
         return 2
-    from agentbridge.plugins import get_plugins
+    from agentbridge.adapter import get_plugins
 
     written, problems = convert(Path(args[0]), get_plugins())
     for line in problems:

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from agentbridge import adapter as kit
-from agentbridge.backends import Problem
+from agentbridge.adapter import Problem
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import is_correction_words, rollout_words
 from agentbridge_verl import VERL_PIN
@@ -246,7 +246,7 @@ def _trainer_path(cfg: Any) -> list[Problem]:
 def _images(model: str, cfg: Any, agent: Any, skipped: list[str]) -> list[Problem]:
     """For a vision-language model: veRL builds a processor (pixel_values, M-RoPE position ids) whose image token
     is the placeholder the driver expands, and the batch keeps the multimodal inputs."""
-    from agentbridge.models import is_vlm
+    from agentbridge.adapter.models import is_vlm
     from agentbridge_verl.processor import VERL_PROCESSORS, processor_class, verl_processor
 
     if not is_vlm(model):
@@ -296,7 +296,7 @@ def _attention(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
 
 def reward_model_path(spec: Spec) -> str | None:
     """Where the served reward model is on this machine (``launch.sh``'s ``RM_MODEL``), else its ``path``."""
-    from agentbridge.models import resolve_model_path
+    from agentbridge.adapter.models import resolve_model_path
 
     served = served_reward_model(spec)
     if served is None:
@@ -329,8 +329,8 @@ def _reward_model(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
         from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
         trainer = SimpleNamespace(config=cfg.copy())
-        PPOTrainer._init_resource_pool_mgr(trainer)  # type: ignore[arg-type]  # reads config, sets the pools
-        pools = trainer.resource_pool_manager.resource_pool_spec  # type: ignore[attr-defined]
+        PPOTrainer._init_resource_pool_mgr(trainer)  # reads config, sets the pools
+        pools = trainer.resource_pool_manager.resource_pool_spec
     except Exception as e:  # noqa: BLE001
         return [Problem(where, f"veRL's trainer rejects its resource pool: {_first_line(e)}")]
     r = config.rollout
@@ -409,9 +409,10 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
 KL_ESTIMATORS = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
 
-def semantics_of(cfg: Any) -> dict[str, str]:
-    """What veRL will do, read from the composed config: the aspects of ``agentbridge.compare.semantics``, in its
-    shared words, then `` · `` and veRL's own names."""
+def semantics_of(cfg: Any, spec: Any = None) -> dict[str, str]:
+    """What veRL will do, read from the composed config (and, with the job's ``spec``, the overlong shaping of
+    agentbridge's rollout): the aspects of ``agentbridge.compare.semantics``, in its shared words, then `` · `` and
+    veRL's own names."""
     a, actor, r = cfg.algorithm, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
     grouped = a.adv_estimator in ("grpo", "dapo", "grpo_passk", "gspo")
     advantage = {"grpo": "r - group mean", "rloo": "r - mean of the others", "reinforce_plus_plus":
@@ -432,16 +433,53 @@ def semantics_of(cfg: Any) -> dict[str, str]:
         "clip": f"({actor.clip_ratio_low}, {actor.clip_ratio_high}) on {level} ratios · "
                 f"loss_mode {actor.policy_loss.loss_mode}",
         "KL": "; ".join(kl) or "none",
+        "entropy bonus": (f"coef {float(actor.entropy_coeff):g}" if actor.get("entropy_coeff") else "none")
+                         + f" · actor.entropy_coeff {actor.get('entropy_coeff')}",
         "IS correction": _is_semantics(a.get("rollout_correction")),
         "rollout mode": _rollout_semantics(cfg),
         "group filtering": "groups with equal rewards dropped" if a.filter_groups.get("enable") else "none",
         "sampling": f"temperature {r.temperature}, top_p {r.top_p}, top_k {r.top_k if r.top_k > 0 else 'off'}",
         "lengths": f"prompt {cfg.data.max_prompt_length}, response {cfg.data.max_response_length} tokens",
+        **({} if spec is None else {"overlong": _overlong_semantics(spec.algorithm.overlong)}),
         "optimizer": f"lr {optim.lr}, {str(schedule).removesuffix('_with_warmup')} after warmup · "
                      f"{optim.lr_warmup_steps} warmup steps, {schedule}",
-        "batch": f"{cfg.data.train_batch_size} prompts x {r.n} samples · mini-batch {actor.ppo_mini_batch_size} "
-                 f"prompts, {actor.ppo_epochs} epoch(s)",
+        "grad clip": _grad_clip_semantics(optim),
+        "batch": f"{cfg.data.train_batch_size} prompts x {r.n} samples, {actor.ppo_epochs} epoch(s) x "
+                 f"{max(1, int(cfg.data.train_batch_size) // int(actor.ppo_mini_batch_size))} mini-batch(es) · "
+                 f"ppo_mini_batch_size {actor.ppo_mini_batch_size} prompts, ppo_epochs {actor.ppo_epochs}",
+        "LoRA": _lora_semantics(cfg.actor_rollout_ref.model),
     }
+
+
+def _grad_clip_semantics(optim: Any) -> str:
+    """The ``grad clip`` aspect: the engine clips to ``actor.optim.clip_grad`` (its deprecated ``grad_clip``, when
+    set, replaces it: ``OptimizerConfig.__post_init__``); ``actor.grad_clip`` is not read by 0.9.1's engine."""
+    norm = optim.get("grad_clip")
+    key = "actor.optim.grad_clip" if norm is not None else "actor.optim.clip_grad"
+    norm = optim.get("clip_grad") if norm is None else norm
+    words = f"max norm {float(norm):g}" if norm is not None and float(norm) > 0 else "none"
+    return f"{words} · {key} {norm}"
+
+
+def _lora_semantics(model: Any) -> str:
+    """The ``LoRA`` aspect of ``actor_rollout_ref.model``: FSDP's adapter when ``lora_rank`` > 0 (veRL has no
+    dropout key), else full fine-tuning."""
+    rank = int(model.get("lora_rank", 0) or 0)
+    if rank <= 0:
+        return f"full fine-tuning · lora_rank {rank}"
+    targets = model.get("target_modules", "all-linear")
+    names = targets if isinstance(targets, str) else " ".join(sorted(str(t) for t in targets))
+    alpha = float(model.get("lora_alpha", 16))
+    return f"rank {rank}, alpha {alpha:g}, targets {names} · lora_rank {rank}, lora_alpha {model.get('lora_alpha')}"
+
+
+def _overlong_semantics(overlong: Any) -> str:
+    """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says, the same on
+    every backend."""
+    parts = ["truncated episodes masked"] if overlong is not None and overlong.mask_truncated else []
+    if overlong is not None and overlong.buffer:
+        parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
+    return "; ".join(parts) or "none"
 
 
 def _is_semantics(rc: Any) -> str:
@@ -563,7 +601,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
         OmegaConf.resolve(cfg)
     except Exception as e:  # noqa: BLE001
         return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"veRL's validate_config rejects it: {_first_line(e)}")]
-    semantics.update(semantics_of(cfg))
+    semantics.update(semantics_of(cfg, spec))
     if start.tokenizer is None:
         skipped.append("actor_rollout_ref.model: veRL's model config reads the model's files; not built here")
     problems += _dataclasses(cfg, model_files=start.tokenizer is not None) + _algorithm(cfg) + _reward(cfg)
