@@ -318,7 +318,7 @@ def recipe_settings(spec: Spec) -> dict[str, Any]:
         args = "actor_train.model_args."
         targets = "all" if lora.target_modules == "all-linear" else ",".join(lora.target_modules)
         out.update({args + "lora_target": targets, args + "lora_rank": lora.rank,
-                    args + "lora_alpha": lora.scaling_alpha(), args + "lora_dropout": lora.dropout})
+                    args + "lora_alpha": int(lora.scaling_alpha()), args + "lora_dropout": lora.dropout})
     return out
 
 
@@ -337,6 +337,9 @@ def kl_settings(spec: Spec) -> dict[str, Any]:
             "kl_penalty": KL_PENALTIES.get(estimator, estimator)}
 
 
+LORA_ALPHA_WHY = "ROLL's ModelArguments.lora_alpha is an integer"
+
+
 def recipe_refusals(spec: Spec) -> dict[str, str]:
     """The KL and rollout settings of the spec ROLL cannot honour (they depend on the estimator's placement and the
     job's GPUs): the field's path -> why."""
@@ -351,6 +354,8 @@ def recipe_refusals(spec: Spec) -> dict[str, str]:
             out[field] = KL_REWARD_K3_WHY
     if off_policy(spec) and len(train_gpus(spec)) == 0:
         out["algorithm.rollout"] = ROLLOUT_GPUS_WHY
+    if spec.model.lora is not None and not float(spec.model.lora.scaling_alpha()).is_integer():
+        out["model.lora.alpha"] = LORA_ALPHA_WHY
     return out
 
 

@@ -24,10 +24,7 @@ from agentbridge_roll.run_metrics import NORMALIZED
 
 KNOBS = ["model.lora.rank=16", "model.lora.target_modules=[v_proj,q_proj]", "model.lora.dropout=0.05",
          "algorithm.entropy_coef=0.01", "algorithm.max_grad_norm=0.5", "algorithm.overlong.mask_truncated=true",
-         "algorithm.overlong.buffer=16", "algorithm.epochs=2", "algorithm.mini_batches=2",
-         # ROLL's ModelArguments.lora_alpha is an int and the compiled job writes the spec's alpha as a float
-         # (32.0), which ROLL's AgenticConfig rejects: the override keeps this test on the rows
-         "backend.overrides={actor_train.model_args.lora_alpha: 32}"]
+         "algorithm.overlong.buffer=16", "algorithm.epochs=2", "algorithm.mini_batches=2"]
 ROWS = ("entropy bonus", "overlong", "grad clip", "batch", "LoRA")
 
 

@@ -119,6 +119,7 @@ def test_rollout_mode_is_rolls_async_generation_ratio(sets: list[str], ratio: in
     ([*GRPO, *TWO_GPUS, "algorithm.rollout.mode=async", "algorithm.rollout.partial=true"], "algorithm.rollout",
      "plays an aborted episode again from its start"),
     ([*GRPO, "algorithm.rollout.mode=one_step_off"], "algorithm.rollout", "2 or more GPUs"),
+    ([*GRPO, "model.lora.rank=8", "model.lora.alpha=12.5"], "model.lora.alpha", "is an integer"),
 ])
 def test_a_refused_knob_is_one_line_naming_who_can(sets: list[str], field: str, why: str) -> None:
     spec = _spec(*sets)
@@ -185,3 +186,9 @@ def test_rolls_own_placements_are_noted_in_the_job(sets: list[str], note: str, t
     assert note in (job.path / "launch.sh").read_text().replace("\n# ", " ")
     plain = _compile(tmp_path / "plain", *GRPO)
     assert not any(n.startswith(note) for n in plain.manifest["notes"])
+
+
+def test_lora_alpha_is_written_as_rolls_integer(tmp_path: Path) -> None:
+    """ROLL's ModelArguments.lora_alpha is an int: the default (2 x rank) and a whole alpha are written as one."""
+    args = _config(tmp_path, *GRPO, "model.lora.rank=8")["actor_train"]["model_args"]
+    assert args["lora_alpha"] == 16 and isinstance(args["lora_alpha"], int) and args["lora_rank"] == 8
