@@ -94,6 +94,7 @@ def test_readme_backend_matrix_matches_the_backends() -> None:
 
     text = README.read_text()
     section = text[text.index("## Backend support"):]
+    section = section[:section.index("\n## ")]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
             if line.startswith("| ") and not line.startswith("| backend")]
     caps = known_capabilities()
@@ -301,3 +302,19 @@ def test_documented_specs_validate() -> None:
             checked += 1
     assert checked >= 5, "the docs' YAML blocks were not read"
     assert not problems, "\n".join(problems)
+
+
+def test_readme_environment_table_names_registered_ids() -> None:
+    """Every plugin id in README's "Bring your environment" table is one `agentbridge plugins` lists."""
+    import re
+
+    from agentbridge.plugins import get_plugins
+
+    text = README.read_text()
+    section = text[text.index("## Bring your environment"):]
+    section = section[:section.index("\n## ")]
+    ids = {found for found in re.findall(r"`([a-z_]+/[a-z_]+)`", section) if not found.startswith("plugins/")}
+    assert {"verifiers/env", "gem/env", "skyrl/env", "openenv/remote"} <= ids, ids
+    plugins = get_plugins()
+    known = {name for kind in ("environments", "datasets", "rewards") for name in plugins.registries[kind].ids()}
+    assert ids <= known, f"README names ids no plugin registers: {sorted(ids - known)}"
