@@ -1,6 +1,6 @@
 """Same machine, same seed, same commit: a warm start gives bit-identical losses, dev checks and weights.
 
-A short warm start of the calculator agent on the built-in tiny model (a dozen SFT steps, dev checked every four)
+A short warm start of the calculator agent on the built-in tiny model (six SFT steps, dev checked every two)
 runs twice in one process; every step's loss, every dev check (success, each task's score and the tokens the
 greedy policy generated) and the final weights must be equal, not close. A third run without dev checks must give the
 same losses and weights: evaluating dev neither draws from the data order nor changes the model.
@@ -23,10 +23,10 @@ from agentbridge.training import experiment
 from agentbridge.training.experiment import Experiment
 from agentbridge.training.warm_start import SFTRun
 
-# 12 SFT steps of 8 demonstrations; dev (4 tasks) every 4 steps; a target no check reaches, so every run takes
+# 6 SFT steps of 8 demonstrations; dev (4 tasks) every 2 steps; a target no check reaches, so every run takes
 # the same steps and the comparison is of the computation, not of where it stopped
 SHORT = ["seed=0", "algorithm.warm_start.demos=100", "algorithm.warm_start.batch_size=8",
-         "algorithm.warm_start.max_steps=12", "algorithm.warm_start.dev_every=4", "algorithm.warm_start.target=0.99",
+         "algorithm.warm_start.max_steps=6", "algorithm.warm_start.dev_every=2", "algorithm.warm_start.target=0.99",
          "algorithm.warm_start.group_floor=null", "algorithm.warm_start.control=false", "data.dev.size=4",
          "data.eval.size=4"]
 
@@ -80,7 +80,7 @@ def same_weights(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 def test_a_warm_start_twice_with_one_seed_is_bit_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = short_warm_start(tmp_path / "first", monkeypatch)
     second = short_warm_start(tmp_path / "second", monkeypatch)
-    assert len(first["losses"]) == 12 and len(first["checks"]) == 3, (first["losses"], first["warm"])
+    assert len(first["losses"]) == 6 and len(first["checks"]) == 3, (first["losses"], first["warm"])
     assert first["losses"] == second["losses"]                 # every step's loss, exactly
     assert first["warm"] == second["warm"]                     # steps, last loss, each dev check's success
     assert first["checks"] == second["checks"]                 # each dev task's score and other components
