@@ -172,6 +172,19 @@ class GoldenBatch:
     def groups(self) -> list[int]:
         return sorted(set(self.group))
 
+    def lengths(self) -> list[int]:
+        """Each response's length through its last action token (the rest of its row is padding)."""
+        return [len(m) - m[::-1].index(1) for m in self.mask]
+
+    def advantages(self, algorithm: Any, width: int | None = None) -> Any:
+        """The reference advantages of a spec's ``algorithm`` (its name, KL coefficient and recipe) on this batch,
+        float32, right-padded to ``width``: what a probe feeds the backend's policy loss, so that a difference in
+        the loss is the loss's own."""
+        import torch
+
+        return reference_advantages(algorithm.name, self.tensors(width, torch.float64), algorithm.kl_coef,
+                                    Recipe.of(algorithm)).float()
+
 
 def golden_batch() -> GoldenBatch:
     """The golden batch (deterministic; no random numbers)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -178,6 +179,13 @@ def golden_turn(tokenizer: Any, prompt_ids: list[int], max_tokens: int) -> tuple
     return ids, [logprob(t, i) for i, t in enumerate(ids)]
 
 
+def golden_reply(tokenizer: Any, prompt_ids: Any, max_tokens: int) -> tuple[list[int], list[float], str]:
+    """The golden turn as an engine replies (what a backend's stand-in engine answers): its ids, log-probs and
+    finish reason, ``stop`` for a turn that ends in ``<|im_end|>`` and ``length`` for one the budget cut."""
+    ids, logprobs = golden_turn(tokenizer, [int(t) for t in prompt_ids], max_tokens)
+    return ids, logprobs, "stop" if ids and ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>") else "length"
+
+
 class GoldenPolicy:
     """The golden generator as an agentbridge ``Policy`` (what the driver alone runs for the reference)."""
 
@@ -186,9 +194,8 @@ class GoldenPolicy:
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams,
                        images: list[Any] | None = None) -> Generation:
-        ids, lps = golden_turn(self.tokenizer, prompt_ids, sampling.max_tokens)
-        eos = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        return Generation(token_ids=ids, logprobs=lps, finish_reason="stop" if ids and ids[-1] == eos else "length")
+        ids, lps, finish = golden_reply(self.tokenizer, prompt_ids, sampling.max_tokens)
+        return Generation(token_ids=ids, logprobs=lps, finish_reason=finish)
 
 
 def golden_spec_path(kind: str) -> Any:
@@ -199,9 +206,14 @@ def golden_spec_path(kind: str) -> Any:
     return resources.files("agentbridge.conformance") / f"golden_{TEXT if kind in (LENGTHS, CREDIT) else kind}.yaml"
 
 
+_ENABLING = threading.Lock()
+
+
 def enable_golden() -> None:
-    """Register the golden fixtures in this process's plugins and in those of the processes it starts."""
-    enable_plugin(__name__)
+    """Register the golden fixtures in this process's plugins and in those of the processes it starts (once, also
+    when the suites of several backends start at the same time in threads of one process)."""
+    with _ENABLING:
+        enable_plugin(__name__)
 
 
 @hookimpl

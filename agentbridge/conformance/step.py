@@ -36,6 +36,7 @@ import math
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ def step_batch(init: str) -> dict[str, Any]:
     n, width = g["mask"].shape
     prompt = torch.tensor([[(17 + 31 * i + 7 * k) % 5000 + 100 for k in range(PROMPT)] for i in range(n)])
     response = torch.tensor([[(53 + 11 * i + 29 * k) % 5000 + 100 for k in range(width)] for i in range(n)])
-    lengths = torch.tensor([len(m) - m[::-1].index(1) for m in golden.mask])
+    lengths = torch.tensor(golden.lengths())
     response_attention = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).long()
     input_ids = torch.cat([prompt, response * response_attention], 1)
     attention_mask = torch.cat([torch.ones(n, PROMPT, dtype=torch.long), response_attention], 1)
@@ -107,18 +108,30 @@ def step_batch(init: str) -> dict[str, Any]:
 
 def reference_step(init: str, batch: dict[str, Any], lr: float) -> dict[str, Any]:
     """agentbridge's reference step on ``batch`` from the weights in ``init``."""
+
+    def loss_of(model: Any) -> Any:
+        width = batch["response_mask"].shape[1]
+        logp = response_logp(model, batch["input_ids"], batch["attention_mask"], width)
+        loss, kl, _ = policy_loss(ALGORITHM, logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
+                                  batch["response_mask"].float(), KL_COEF, int(batch["max_response_tokens"]))
+        return loss + kl
+
+    return train_step(init, loss_of, lambda model: adamw(list(model.parameters()), lr))
+
+
+def train_step(init: str, loss_of: Callable[[Any], Any], optimizer_of: Callable[[Any], Any],
+               max_norm: float = MAX_GRAD_NORM) -> dict[str, Any]:
+    """One step on the model in ``init`` (float32, train mode): ``loss_of(model)``'s backward, then
+    :func:`optimizer_step` with ``optimizer_of(model)`` and gradients clipped to ``max_norm``; the loss, gradients
+    and updates (what a step probe returns)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
     model.train()
-    width = batch["response_mask"].shape[1]
-    logp = response_logp(model, batch["input_ids"], batch["attention_mask"], width)
-    m = batch["response_mask"].float()
-    loss, kl, _ = policy_loss(ALGORITHM, logp, batch["old_logp"], batch["ref_logp"], batch["advantages"], m,
-                              KL_COEF, int(batch["max_response_tokens"]))
-    (loss + kl).backward()
-    return optimizer_step(model, adamw(list(model.parameters()), lr), float((loss + kl).detach()))
+    loss = loss_of(model)
+    loss.backward()
+    return optimizer_step(model, optimizer_of(model), float(loss.detach()), max_norm)
 
 
 def optimizer_step(model: Any, optimizer: Any, loss: float, max_norm: float = MAX_GRAD_NORM) -> dict[str, Any]:

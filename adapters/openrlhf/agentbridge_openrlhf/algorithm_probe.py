@@ -18,9 +18,7 @@ from typing import Any
 
 from agentbridge.adapter.conformance import Documented
 
-# what OpenRLHF cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at
-# its max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate,
-# recorded in the job manifest, checked by the algorithm conformance suite
+# what OpenRLHF cannot be configured to do as the reference does: algorithm -> quantity -> Documented (pinned)
 KL_TOKEN_MEAN = ("token-mean over the batch, not the per-sequence mean of the policy loss: the actor's "
                  "training_step aggregates the KL loss with aggregate_loss's default (token_level_loss), whatever "
                  "--actor.loss_agg_mode says, and no flag changes it")
@@ -54,8 +52,7 @@ DIFFERENCES: dict[str, dict[str, Documented]] = {
         "token's k1 on that token and the advantage is the return from each token on (get_cumulative_returns), "
         "not the reward minus the summed KL normalised in its group and broadcast", off=None, on=1.453)},
 }
-# the quantities OpenRLHF's probe cannot produce: quantity -> why (none: every one is read from OpenRLHF's own code)
-NOT_PRODUCED: dict[str, str] = {}
+NOT_PRODUCED: dict[str, str] = {}  # quantity -> why not: none, each is read from OpenRLHF's code
 
 
 def policy_loss(args: Any) -> Any:
@@ -81,7 +78,6 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
 
     import torch
 
-    from agentbridge.adapter.conformance import Recipe, reference_advantages
     from agentbridge.spec import load_spec
     from agentbridge_openrlhf.standins import deepspeed, use_vllm_standin
     from agentbridge_openrlhf.validate import job_argv, parse_args
@@ -110,13 +106,9 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     maker = RemoteExperienceMaker(None, None, None, None, FixedKLController(args.algo.kl.init_coef),
                                   SimpleNamespace(args=args), None)
     (exp,) = maker.compute_advantages_and_returns([exp])
-    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64),
-                                   spec.algorithm.kl_coef,
-                                   Recipe.of(spec.algorithm)).float()
-    loss_fn = policy_loss(args)
     # the actor's training_step passes experience.rollout_log_probs, vLLM's log-probs of the sampled tokens
-    loss, clip_ratio, *_ = loss_fn(t["logp"], t["old_logp"], ref_adv, action_mask=mask,
-                                   rollout_log_probs=t["rollout_logp"])
+    loss, clip_ratio, *_ = policy_loss(args)(t["logp"], t["old_logp"], batch.advantages(spec.algorithm),
+                                             action_mask=mask, rollout_log_probs=t["rollout_logp"])
     kl_term = 0.0
     if args.algo.kl.use_loss and args.algo.kl.init_coef > 0:
         kld = compute_approx_kl(t["logp"], t["ref_logp"], log_probs_old=t["old_logp"],

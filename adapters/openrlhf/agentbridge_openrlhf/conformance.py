@@ -40,48 +40,37 @@ length ``n``):
 - case: the ``id`` of the task the row's label carries;
 - images: OpenRLHF holds no raw images for images the environment drew (its ``images`` field keeps only the
   dataset's image references), only ``mm_train_inputs`` (``pixel_values``, ``image_grid_thw``) as the executor's
-  processor made them. Each image's slice of ``pixel_values`` (by its grid) is matched to the one image, among
-  those the row's dataset references load to and those OpenRLHF handed vLLM, whose processor output is exactly that
-  slice and grid; its digest is that image's. An image matching none (or several different ones), or a sequence
-  whose image-token runs disagree with the grids, fails the run with an error naming the row.
+  processor made them. Each image's slice of ``pixel_values`` is matched to the one image, among those the row's
+  dataset references load to and those OpenRLHF handed vLLM, whose processor output is exactly that slice
+  (:class:`~agentbridge.conformance.images.ImageIndex`); an image matching none (or several different ones), or a
+  sequence whose image-token runs disagree with the grids, fails the run with an error naming the row.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, EpisodeRecord, image_digest
+from agentbridge.adapter.conformance import EpisodeRecord, ImageIndex, episode_record, golden_job
 
-SETS = ["backend.name=openrlhf"]  # the compiled job's default options: what a user's job trains on
 LOGPROB_JOB = "backend.options.is_correction=token"  # where OpenRLHF keeps rollout log-probs (records' ``job``)
-LOGPROB_SETS = [*SETS, "backend.options={is_correction: token}"]
-
-
-def length_override() -> str:
-    """The ``lengths`` kind's job: OpenRLHF's one length, ``--data.max_len`` (prompt plus every turn), at
-    :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`' total."""
-    total = BACKEND_LENGTHS["max_prompt"] + BACKEND_LENGTHS["max_response"]
-    return f"backend.overrides={{data.max_len: {total}}}"
+LENGTHS = "data.max_len: {total}"  # the lengths kind: OpenRLHF's one length (prompt plus every turn)
 
 
 def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     """Run the golden ``kind`` episodes through OpenRLHF and read each one back from OpenRLHF's training batch:
     the default job's records (no log-probs: OpenRLHF keeps none there), then the log-prob job's (``job`` set)."""
-    from agentbridge.adapter.conformance import golden_spec
     from agentbridge.adapter.models import resolve_model_path
     from agentbridge_openrlhf.backend import OpenRLHFBackend
     from agentbridge_openrlhf.rollout_path import run_rollouts
 
     root = Path(workdir).resolve()
-    lengths = [length_override()] if kind == LENGTHS else []
-    spec = golden_spec(kind, [*SETS, *lengths])
-    jobs = [OpenRLHFBackend().compile(spec, root / "openrlhf").path,
-            OpenRLHFBackend().compile(golden_spec(kind, [*LOGPROB_SETS, *lengths]),
-                                      root / "openrlhf-is_correction-token").path]
-    default, token = run_rollouts(jobs, str(resolve_model_path(spec.model.path)), engine="golden", engines=1)
+    spec, job = golden_job(OpenRLHFBackend(), kind, root, LENGTHS)  # the default options: what a user's job trains on
+    _, token_job = golden_job(OpenRLHFBackend(), kind, root, LENGTHS, ["backend.options={is_correction: token}"],
+                              name="openrlhf-is_correction-token")
+    default, token = run_rollouts([job, token_job], str(resolve_model_path(spec.model.path)), engine="golden",
+                                  engines=1)
     records = batch_records(default.advantaged, default.tokenizer, default.images)
     if any(r.logprobs is not None for r in records):  # then this module's account of OpenRLHF is out of date
         raise ValueError("OpenRLHF kept rollout_log_probs under the default job (is_correction off)")
@@ -95,8 +84,10 @@ def batch_records(batches: list[Any], tokenizer: Any, handed: dict[str, Any]) ->
 
     ``tokenizer``: OpenRLHF's tokenizer or processor; ``handed``: the images OpenRLHF handed vLLM, by digest.
     """
+    from openrlhf.utils.vlm_utils import load_images
+
     rows = sorted(((b.index[j], b, j) for b in batches for j in range(len(b.index))), key=lambda r: r[0])
-    images = ImageIndex(tokenizer, handed)
+    images = ImageIndex(tokenizer, handed, load_images, "OpenRLHF held or handed vLLM")
     return [row_record(b, j, images) for _, b, j in rows]
 
 
@@ -109,11 +100,10 @@ def row_record(b: Any, j: int, images: ImageIndex) -> EpisodeRecord:
     actions = [int(x) for x in b.action_mask[j][: n - 1].tolist()]
     # no generated token: the core's empty-episode fallback, whose response is the last token (one masked EOS)
     first = actions.index(1) if 1 in actions else n - 2
-    return EpisodeRecord(
-        case=case, prompt_ids=seq[: first + 1], response_ids=seq[first + 1:], response_mask=actions[first:],
-        logprobs=None if b.rollout_log_probs is None
-        else [float(x) for x in b.rollout_log_probs[j][first: n - 1].tolist()],
-        reward=float(b.rewards[j]), token_rewards=placed_reward(b, j)[first: n - 1],
+    return episode_record(
+        case, seq[: first + 1], seq[first + 1:], actions[first:],
+        None if b.rollout_log_probs is None else b.rollout_log_probs[j][first: n - 1], b.rewards[j],
+        token_rewards=placed_reward(b, j)[first: n - 1],
         images=images.digests(seq, (b.mm_train_inputs or [None] * len(b.index))[j],
                               (b.images or [None] * len(b.index))[j], f"OpenRLHF batch row {b.index[j]} (case {case})"))
 
@@ -127,73 +117,3 @@ def placed_reward(b: Any, j: int) -> list[float]:
     mask = b.action_mask[j: j + 1]
     reward = compute_reward(torch.as_tensor([float(b.rewards[j])]), 0.0, torch.zeros(mask.shape), action_mask=mask)
     return [float(x) for x in reward[0].tolist()]
-
-
-class ImageIndex:
-    """Maps each image's slice of a row's ``pixel_values`` back to the image it was made from (see the module doc)."""
-
-    def __init__(self, tokenizer: Any, handed: dict[str, Any]) -> None:
-        self.processor = getattr(tokenizer, "image_processor", None)
-        self.image_token_id = getattr(tokenizer, "image_token_id", None)
-        self.keys: dict[tuple[tuple[int, ...], str], set[str]] = {}
-        for digest, image in handed.items():
-            self.add(digest, image)
-
-    def add(self, digest: str, image: Any) -> None:
-        if self.processor is None:  # a text model: no image reaches its batch
-            return
-        out = self.processor(images=[image], return_tensors="pt")
-        grid = tuple(int(x) for x in out["image_grid_thw"][0].tolist())
-        self.keys.setdefault((grid, _pixels(out["pixel_values"])), set()).add(digest)
-
-    def digests(self, seq: list[int], mm: dict[str, Any] | None, refs: Any, where: str) -> list[str]:
-        if not mm or mm.get("pixel_values") is None:
-            return []
-        if self.processor is None or "image_grid_thw" not in mm:
-            raise ValueError(f"{where}: pixel_values without image_grid_thw or an image processor to read them")
-        if refs:  # the row's dataset images, as OpenRLHF loads them
-            from openrlhf.utils.vlm_utils import load_images
-
-            for image in load_images(refs):
-                self.add(image_digest(image), image)
-        grids = [tuple(int(x) for x in g) for g in mm["image_grid_thw"].tolist()]
-        merge = int(getattr(self.processor, "merge_size", 1) or 1) ** 2
-        if self.image_token_id is not None and _runs(seq, self.image_token_id) != [_prod(g) // merge for g in grids]:
-            raise ValueError(f"{where}: the image-token runs of its sequence, {_runs(seq, self.image_token_id)}, "
-                             f"disagree with image_grid_thw {grids}")
-        out, start = [], 0
-        for k, grid in enumerate(grids):
-            rows = _prod(grid)
-            found = self.keys.get((grid, _pixels(mm["pixel_values"][start:start + rows])), set())
-            if len(found) != 1:
-                what = "no image OpenRLHF held or handed vLLM" if not found else f"{len(found)} different images"
-                raise ValueError(f"{where}: image {k} of its pixel_values (grid {list(grid)}) matches {what}")
-            out.append(next(iter(found)))
-            start += rows
-        if start != len(mm["pixel_values"]):
-            raise ValueError(f"{where}: pixel_values has {len(mm['pixel_values'])} rows, its grids {start}")
-        return out
-
-
-def _pixels(values: Any) -> str:
-    return hashlib.sha256(values.contiguous().float().numpy().tobytes()).hexdigest()
-
-
-def _prod(grid: tuple[int, ...]) -> int:
-    p = 1
-    for x in grid:
-        p *= x
-    return p
-
-
-def _runs(ids: list[int], token: int) -> list[int]:
-    """Lengths of the runs of ``token`` in ``ids``, in order."""
-    runs, n = [], 0
-    for t in [*ids, None]:
-        if t == token:
-            n += 1
-        elif n:
-            runs.append(n)
-            n = 0
-    return runs
-

@@ -21,18 +21,11 @@ from typing import Any
 
 def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     """The loss, clipped gradients and parameter updates of one OpenRLHF actor training step on ``batch``."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from agentbridge.adapter.conformance import optimizer_step
+    from agentbridge.adapter.conformance import train_step
 
     args = job_args(job)
-    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
-    model.train()
-    optimizer = actor_optimizer(model, args)
-    loss = actor_loss(args, model, batch)
-    loss.backward()
-    return optimizer_step(model, optimizer, float(loss.detach()), float(args.actor.max_norm))
+    return train_step(init, lambda model: actor_loss(args, model, batch), lambda model: actor_optimizer(model, args),
+                      float(args.actor.max_norm))
 
 
 def job_args(job: Path) -> Any:

@@ -24,9 +24,7 @@ from typing import Any
 
 from agentbridge.adapter.conformance import Documented
 
-# what RLinf cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
-# max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate, recorded
-# in the job manifest, checked by the algorithm conformance suite
+# what RLinf cannot be configured to do as the reference does: algorithm -> quantity -> Documented (pinned)
 _KL_ORDER = ("the actor calls kl_penalty(ref_logprobs, logprobs, 'low_var_kl'): the k3 estimator with the policies "
              "swapped (exp(logp - ref) - (logp - ref) - 1), not exp(ref - logp) - (ref - logp) - 1")
 _MICRO = ("token-mean is taken within each micro-batch (algorithm.training_batch_size_per_gpu sequences, "
@@ -65,8 +63,7 @@ DIFFERENCES: dict[str, dict[str, Documented]] = {
     # weight is positive), the same clipped tokens
     "grpo@is_token_truncate": {"clip_fraction": Documented(_CLIP_MICRO, off=1.210e-2, on=None)},
 }
-# the quantities RLinf's probe cannot produce: quantity -> why (none: every one is read from RLinf's own code)
-NOT_PRODUCED: dict[str, str] = {}
+NOT_PRODUCED: dict[str, str] = {}  # quantity -> why not: none, each is read from RLinf's code
 
 
 # the lines of RLinf 0.3.0's FSDPActor.training_step (rlinf/workers/actor/fsdp_actor_worker.py) the probe repeats
@@ -164,9 +161,6 @@ def _loss(algo: Any, t: dict[str, Any], advantages: Any) -> dict[str, float]:
 
 def probe(job: Path, batch: Any) -> dict[str, Any]:
     """The algorithm quantities RLinf computes for ``batch`` under the job in ``job`` (see the core's module)."""
-    import torch
-
-    from agentbridge.adapter.conformance import Recipe, reference_advantages
     from agentbridge.spec import load_spec
 
     stale = actor_source_problems()
@@ -177,8 +171,5 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     t = batch.tensors()
     mask = t["mask"].float()
     advantages = (_advantages(algo, t).float() * mask).tolist()
-    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64),
-                                   spec.algorithm.kl_coef,
-                                   Recipe.of(spec.algorithm)).float()
     # RLinf trains on every group (no dynamic-sampling filter in its runners)
-    return {"advantages": advantages, **_loss(algo, t, ref_adv), "kept": batch.groups()}
+    return {"advantages": advantages, **_loss(algo, t, batch.advantages(spec.algorithm)), "kept": batch.groups()}

@@ -27,7 +27,7 @@ from typing import Any
 from rlinf.scheduler import Worker
 
 from agentbridge import adapter as kit
-from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, ConformanceError, EpisodeRecord
+from agentbridge.adapter.conformance import ConformanceError, EpisodeRecord, episode_record, golden_job
 
 STOP = "agentbridge_stop"
 _RUNS = itertools.count()  # worker-group and channel names are cluster-wide: one set per run in a process
@@ -41,47 +41,39 @@ class GoldenRolloutStandIn(Worker):
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.eos = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.return_logprobs = return_logprobs
         self.max_new_tokens = max_new_tokens
 
     async def rollout_serverless(self, input_channel: Any, output_channel: Any) -> None:
-        from agentbridge.adapter.conformance import golden_turn
+        from agentbridge.adapter.conformance import golden_reply
 
         while True:
             request = await input_channel.get(async_op=True).async_wait()
             if request.get(STOP):  # the conformance run is over (killing a serving worker fails RLinf's driver)
                 return
             params = request.get("sampling_params") or {}
-            ids, logprobs = golden_turn(self.tokenizer, list(request["prompt_ids"]),
-                                        int(params.get("max_new_tokens", self.max_new_tokens)))
-            reply: dict[str, Any] = {"output_ids": ids,
-                                     "finish_reason": "stop" if ids and ids[-1] == self.eos else "length"}
+            ids, logprobs, finish = golden_reply(self.tokenizer, request["prompt_ids"],
+                                                 int(params.get("max_new_tokens", self.max_new_tokens)))
+            reply: dict[str, Any] = {"output_ids": ids, "finish_reason": finish}
             if self.return_logprobs:
                 reply["logprobs"] = logprobs
             await output_channel.put(reply, key=request["channel_key"], async_op=True).async_wait()
 
 
 def golden_config(kind: str, workdir: Path, sets: tuple[str, ...] = ()) -> tuple[Any, Any]:
-    """The golden spec compiled into an RLinf job (``backend.name=rlinf``; for the ``lengths`` kind with RLinf's
-    own lengths, ``data.max_prompt_length`` and ``runner.seq_length``, at
-    :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`; then ``sets``), composed as its entry composes it and
-    passed through ``validate_reasoning_cfg``; returns ``(cfg, spec)``."""
+    """The golden spec with ``sets`` compiled into an RLinf job (for the ``lengths`` kind with RLinf's own lengths,
+    ``data.max_prompt_length`` and ``runner.seq_length``), composed as its entry composes it and passed through
+    ``validate_reasoning_cfg``; returns ``(cfg, spec)``."""
     from rlinf.config import validate_reasoning_cfg
 
-    from agentbridge.adapter.conformance import golden_spec
     from agentbridge.adapter.models import resolve_model_path
     from agentbridge_rlinf.backend import RlinfBackend
     from agentbridge_rlinf.validate import compose_job
 
-    base = ["backend.name=rlinf"]
-    if kind == LENGTHS:
-        prompt, response = BACKEND_LENGTHS["max_prompt"], BACKEND_LENGTHS["max_response"]
-        base.append(f"backend.overrides={{data.max_prompt_length: {prompt}, runner.seq_length: {prompt + response}}}")
-    spec = golden_spec(kind, [*base, *sets])
-    job = RlinfBackend().compile(spec, Path(workdir) / "rlinf")
+    spec, job = golden_job(RlinfBackend(), kind, workdir, "data.max_prompt_length: {max_prompt}, "
+                           "runner.seq_length: {total}", sets)
     level = logging.getLogger().level
-    cfg = validate_reasoning_cfg(compose_job(job.path, str(resolve_model_path(spec.model.path))))
+    cfg = validate_reasoning_cfg(compose_job(job, str(resolve_model_path(spec.model.path))))
     logging.getLogger().setLevel(level)
     return cfg, spec
 
@@ -167,8 +159,6 @@ def rollout_results(cfg: Any, tokenizer: Any) -> list[Any]:
 
 def records_of(results: list[Any], cfg: Any, pad_token: int) -> list[EpisodeRecord]:
     """Each episode read back from RLinf's actor batch (``RolloutResult.to_actor_batch``), padding dropped."""
-
-
     prompt_len, total = int(cfg.data.max_prompt_length), int(cfg.runner.seq_length)
     records = []
     for result in results:
@@ -184,12 +174,10 @@ def records_of(results: list[Any], cfg: Any, pad_token: int) -> list[EpisodeReco
                 raise ConformanceError(f"RLinf batch row {i} (case {case}): its attention mask does not cover "
                                        "exactly the prompt and the response")
             ids = batch["input_ids"][i]
-            records.append(EpisodeRecord(
-                case=case, prompt_ids=ids[prompt_len - p:prompt_len].tolist(),
-                response_ids=ids[prompt_len:prompt_len + n].tolist(),
-                response_mask=[int(x) for x in batch["response_mask"][i][prompt_len:prompt_len + n].tolist()],
-                logprobs=[float(x) for x in logprobs[i][:n].tolist()] if logprobs is not None else None,
-                reward=float(batch["rewards"][i]), token_rewards=None))
+            records.append(episode_record(
+                case, ids[prompt_len - p:prompt_len], ids[prompt_len:prompt_len + n],
+                batch["response_mask"][i][prompt_len:prompt_len + n],
+                logprobs[i][:n] if logprobs is not None else None, batch["rewards"][i]))
     return records
 
 

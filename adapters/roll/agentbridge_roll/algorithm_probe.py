@@ -18,9 +18,7 @@ from typing import Any
 
 from agentbridge.adapter.conformance import Documented
 
-# what ROLL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
-# max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate, recorded in
-# the job manifest, checked by the algorithm conformance suite
+# what ROLL cannot be configured to do as the reference does: algorithm -> quantity -> Documented (pinned)
 _CLIPFRAC = ("ROLL's actor/clipfrac is aggregated with the job's loss_agg_mode ({}), not as a token mean over the "
              "batch")
 _KL_REWARD = ("ROLL subtracts init_kl_coef x the token's KL estimate from each token's reward after normalising the "
@@ -84,8 +82,7 @@ DIFFERENCES: dict[str, dict[str, Documented]] = {
                                                           "denominator still counts it: the reference's loss") + ")",
                                     off=4.683e-2, on=None)},
 }
-# the quantities ROLL's probe cannot produce: quantity -> why (none: every one is read from ROLL's own code)
-NOT_PRODUCED: dict[str, str] = {}
+NOT_PRODUCED: dict[str, str] = {}  # quantity -> why not: none, each is read from ROLL's code
 
 
 def _batch(batch: Any) -> Any:
@@ -146,7 +143,6 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     from agentbridge_roll import keep_roll_logs_out_of_cwd
 
     keep_roll_logs_out_of_cwd()  # before ROLL's first import
-    import torch
     from roll.pipeline.agentic.utils import (
         agentic_compute_advantage,
         compute_response_level_rewards,
@@ -155,7 +151,6 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     from roll.utils.functionals import compute_token_reward
     from roll.utils.kl_controller import get_kl_controller
 
-    from agentbridge.adapter.conformance import Recipe, reference_advantages
     from agentbridge.spec import load_spec
     from agentbridge_roll.layout import EqualScoresFilter
     from agentbridge_roll.validate import build_config, compose_job
@@ -178,10 +173,7 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
         data, _ = apply_train_infer_correction_to_batch(config, data, update_mask_keys=["response_mask"])
     mask = data.batch["response_mask"][:, 1:].float()
     advantages = (data.batch["advantages"] * mask).tolist()
-    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64),
-                                   spec.algorithm.kl_coef,
-                                   Recipe.of(spec.algorithm)).float()
-    quantities = _loss(config, data, batch.tensors()["logp"].float(), ref_adv)
+    quantities = _loss(config, data, batch.tensors()["logp"].float(), batch.advantages(spec.algorithm))
     groups = batch.groups()
     if config.train_env_manager.group_filter_cls.endswith("EqualScoresFilter"):
         keep = EqualScoresFilter(config, config.train_env_manager, "train")

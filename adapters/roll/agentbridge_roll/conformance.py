@@ -31,7 +31,7 @@ from roll.pipeline.agentic.llm_proxy import BaseLLMProxy, register_llm_proxy
 from roll.pipeline.agentic.llm_proxy.policy_proxy import PolicyProxy
 from roll.utils.functionals import gather_unpadded_input_ids
 
-from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, ConformanceError, EpisodeRecord
+from agentbridge.adapter.conformance import ConformanceError, EpisodeRecord, golden_job
 
 GOLDEN_PROXY = "agentbridge_golden"
 
@@ -46,17 +46,15 @@ class GoldenRouterClient(RouterClient):
         super().__init__(proxy=None, meta={"strategy_name": "golden", "eos_token_id": tokenizer.eos_token_id,
                                            "pad_token_id": pad})
         self.tokenizer = tokenizer
-        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def generate_request_sync(self, req: DataProto, request_id: Any, uid: Any) -> DataProto:
-        from agentbridge.adapter.conformance import golden_turn
+        from agentbridge.adapter.conformance import golden_reply
 
         config = req.meta_info["generation_config"]
         budget = min(int(req.meta_info.get("max_new_tokens", config["max_new_tokens"])), int(config["max_new_tokens"]))
         prompt = gather_unpadded_input_ids(input_ids=req.batch["input_ids"], attention_mask=req.batch["attention_mask"])
-        ids, logprobs = golden_turn(self.tokenizer, [int(t) for t in prompt[0]], budget)
-        response = {"output_token_ids": [ids], "output_logprobs": [logprobs],
-                    "finish_reasons": ["stop" if ids and ids[-1] == self.eos else "length"]}
+        ids, logprobs, finish = golden_reply(self.tokenizer, prompt[0], budget)
+        response = {"output_token_ids": [ids], "output_logprobs": [logprobs], "finish_reasons": [finish]}
         out: DataProto = self._postprocess_generate(req, response)
         return out
 
@@ -71,22 +69,15 @@ class GoldenEngineProxy(PolicyProxy):
 
 
 def golden_config(kind: str, workdir: Path) -> tuple[Any, Any]:
-    """The golden spec compiled into a ROLL job (``backend.name=roll``; for the ``lengths`` kind with ROLL's one
-    length, ``sequence_length``, at prompt plus response of :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`),
-    composed as its entry composes it with the stand-in proxy, and built into ROLL's ``AgenticConfig``; returns
-    ``(config, spec)``."""
-    from agentbridge.adapter.conformance import golden_spec
+    """The golden spec compiled into a ROLL job (for the ``lengths`` kind with ROLL's one length,
+    ``sequence_length``, at prompt plus response), composed as its entry composes it with the stand-in proxy, and
+    built into ROLL's ``AgenticConfig``; returns ``(config, spec)``."""
     from agentbridge.adapter.models import resolve_model_path
     from agentbridge_roll.backend import RollBackend
     from agentbridge_roll.validate import build_config, compose_job
 
-    sets = ["backend.name=roll"]
-    if kind == LENGTHS:
-        total = BACKEND_LENGTHS["max_prompt"] + BACKEND_LENGTHS["max_response"]
-        sets.append(f"backend.overrides={{sequence_length: {total}}}")
-    spec = golden_spec(kind, sets)
-    job = RollBackend().compile(spec, Path(workdir) / "roll")
-    cfg = compose_job(job.path, str(resolve_model_path(spec.model.path)),
+    spec, job = golden_job(RollBackend(), kind, workdir, "sequence_length: {total}")
+    cfg = compose_job(job, str(resolve_model_path(spec.model.path)),
                       extra=[f"train_env_manager.llm_proxy.proxy_type={GOLDEN_PROXY}"])
     return build_config(cfg), spec
 

@@ -22,27 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, ConformanceError, EpisodeRecord
+from agentbridge.adapter.conformance import ConformanceError, EpisodeRecord, episode_record
 
 
 def golden_job(kind: str, workdir: Path) -> tuple[Any, Any, Any]:
-    """The golden spec of ``kind`` compiled into a slime job (``backend.name=slime``; for the ``lengths`` kind with
-    slime's own lengths at :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`) and parsed by slime; returns
-    ``(args, spec, tokenizer)``."""
-    from agentbridge.adapter.conformance import golden_spec
+    """The golden spec of ``kind`` compiled into a slime job (for the ``lengths`` kind with slime's own lengths) and
+    parsed by slime; returns ``(args, spec, tokenizer)``."""
+    from agentbridge.adapter.conformance import golden_job as compile_golden
     from agentbridge.adapter.models import load_tokenizer, resolve_model_path
     from agentbridge_slime.backend import SlimeBackend
     from agentbridge_slime.validate import parse_job
 
-    sets = ["backend.name=slime"]
-    if kind == LENGTHS:
-        prompt, response = BACKEND_LENGTHS["max_prompt"], BACKEND_LENGTHS["max_response"]
-        sets.append(f"backend.overrides={{rollout-max-prompt-len: {prompt}, rollout-max-response-len: {response}, "
-                    f"rollout-max-context-len: {prompt + response}}}")
-    spec = golden_spec(kind, sets)
-    job = SlimeBackend().compile(spec, Path(workdir) / "slime")
+    spec, job = compile_golden(SlimeBackend(), kind, workdir, "rollout-max-prompt-len: {max_prompt}, "
+                               "rollout-max-response-len: {max_response}, rollout-max-context-len: {total}")
     level = logging.getLogger().level
-    args = parse_job(job.path.resolve(), str(resolve_model_path(spec.model.path)), str(Path(workdir) / "run"))
+    args = parse_job(job.resolve(), str(resolve_model_path(spec.model.path)), str(Path(workdir) / "run"))
     logging.getLogger().setLevel(level)
     return args, spec, load_tokenizer(spec.model.path)
 
@@ -87,8 +81,6 @@ def train_data(kind: str, workdir: Path) -> tuple[dict[str, Any], list[Any], Any
 
 def records_of(data: dict[str, Any], samples: list[Any]) -> list[EpisodeRecord]:
     """Each episode read back from slime's training data (one row per sample; the case from the sample's task)."""
-
-
     for key in ("tokens", "response_lengths", "loss_masks", "raw_reward"):
         if key not in data:
             raise ConformanceError(f"slime's training data carries no {key}")
@@ -96,13 +88,10 @@ def records_of(data: dict[str, Any], samples: list[Any]) -> list[EpisodeRecord]:
     records = []
     for i, sample in enumerate(samples):
         tokens, n = list(data["tokens"][i]), int(data["response_lengths"][i])
-        records.append(EpisodeRecord(
-            case=kit.decode_task((sample.metadata or {}).get(kit.TASK_KEY), "slime").id,
-            prompt_ids=[int(t) for t in tokens[:len(tokens) - n]],
-            response_ids=[int(t) for t in tokens[len(tokens) - n:]],
-            response_mask=[int(x) for x in data["loss_masks"][i]],
-            logprobs=[float(x) for x in logprobs[i]] if logprobs is not None else None,
-            reward=float(data["raw_reward"][i]), token_rewards=None))
+        records.append(episode_record(
+            kit.decode_task((sample.metadata or {}).get(kit.TASK_KEY), "slime").id, tokens[:len(tokens) - n],
+            tokens[len(tokens) - n:], data["loss_masks"][i], logprobs[i] if logprobs is not None else None,
+            data["raw_reward"][i]))
     return records
 
 

@@ -23,9 +23,8 @@ from typing import Any
 
 from agentbridge.adapter.conformance import Documented
 
-# what TRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
-# max |Δ| on the golden batch with KL off and on (None: no difference in that variant). The recipe cases TRL's check
-# refuses (kl_k1, kl_k2, kl_in_reward: TrlBackend.recipe_why_not) are n/a, not pinned here.
+# what TRL cannot be configured to do as the reference does: algorithm -> quantity -> Documented (pinned)
+# The recipe cases TRL's check refuses (kl_k1, kl_k2, kl_in_reward: TrlBackend.recipe_why_not) are n/a, not pinned here.
 DIFFERENCES: dict[str, dict[str, Documented]] = {
     "dapo": {"kept": Documented("GRPOTrainer has no dynamic sampling; groups whose rewards are all equal are trained "
                                 "on (with zero advantage)", off=2, on=2)},
@@ -33,8 +32,7 @@ DIFFERENCES: dict[str, dict[str, Documented]] = {
                                          "clip_ratio/region_mean over sequences, not over tokens",
                                          off=0.03968, on=0.03968)},
 }
-# the quantities TRL's probe cannot produce: quantity -> why (none: every one is read from TRL's own code)
-NOT_PRODUCED: dict[str, str] = {}
+NOT_PRODUCED: dict[str, str] = {}  # quantity -> why not: none, each is read from TRL's code
 _LOADED: dict[str, tuple[Any, Any]] = {}
 
 
@@ -42,16 +40,13 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     """The algorithm quantities TRL computes for ``batch`` under the job in ``job``."""
     import torch
 
-    from agentbridge.adapter.conformance import Recipe, reference_advantages
-
     spec, kwargs, trainer = job_trainer(job)
     # TRL's importance-sampling code runs only with vLLM: where the spec asks for the correction, the trainer runs
     # as a vLLM one, the golden rollout_logp standing for vLLM's log-probs
     trainer.use_vllm = spec.algorithm.is_correction is not None
     t = batch.tensors()
     n, width = t["mask"].shape
-    lengths = torch.tensor([len(m) - m[::-1].index(1) for m in batch.mask])
-    completion_mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    completion_mask = (torch.arange(width).unsqueeze(0) < torch.tensor(batch.lengths()).unsqueeze(1)).long()
 
     def scoring_stand_in(model: Any, *_: Any, **__: Any) -> tuple[Any, Any, None]:
         logp = t["ref_logp"] if model is trainer.ref_model and model is not None else t["old_logp"]
@@ -63,13 +58,9 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     trainer._get_per_token_logps_and_entropies = scoring_stand_in
     scored = score(trainer, batch, spec)
     trainer._get_per_token_logps_and_entropies = forward_stand_in
-    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(dtype=torch.float64), spec.algorithm.kl_coef,
-                                   Recipe.of(spec.algorithm))
-    seq_adv = torch.stack([ref_adv[i][t["mask"][i].bool()][0] for i in range(n)]).float()  # one per sequence
-    inputs = {"prompt_ids": torch.ones(n, 1, dtype=torch.long), "prompt_mask": torch.ones(n, 1, dtype=torch.long),
-              "completion_ids": torch.ones(n, width, dtype=torch.long), "completion_mask": completion_mask,
-              "tool_mask": t["mask"], "advantages": seq_adv, "old_per_token_logps": t["old_logp"],
-              "ref_per_token_logps": t["ref_logp"], "num_items_in_batch": t["mask"].sum()}
+    ones = torch.ones(n, 1, dtype=torch.long)
+    inputs = loss_inputs(ones, ones, torch.ones(n, width, dtype=torch.long), completion_mask, t["mask"],
+                         batch.advantages(spec.algorithm), t["old_logp"], t["ref_logp"])
     if "importance_sampling_ratio" in scored:  # TRL's own weights from the rollout's (the engine's) log-probs
         inputs["importance_sampling_ratio"] = scored["importance_sampling_ratio"]
     trainer.model.train()
@@ -85,8 +76,9 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
             "clip_fraction": float(clip), "kl": total - loss, "kept": batch.groups()}
 
 
-def job_trainer(job: Path) -> tuple[Any, dict[str, Any], Any]:
-    """``(spec, GRPOConfig arguments, GRPOTrainer)`` of the job in ``job``, as its entry builds the trainer."""
+def job_trainer(job: Path, model: Any = None) -> tuple[Any, dict[str, Any], Any]:
+    """``(spec, GRPOConfig arguments, GRPOTrainer)`` of the job in ``job``, as its entry builds the trainer (on a
+    copy of the spec's model, or on ``model``)."""
     from agentbridge.adapter.models import load_model, load_tokenizer
     from agentbridge.adapter.rollout import Agent
     from agentbridge.spec import load_spec
@@ -97,10 +89,22 @@ def job_trainer(job: Path) -> tuple[Any, dict[str, Any], Any]:
     kwargs["output_dir"] = str(Path(job) / "trainer")
     if spec.model.path not in _LOADED:  # one load per process: the probe builds a trainer per algorithm
         _LOADED[spec.model.path] = (load_tokenizer(spec.model.path), load_model(spec.model.path))
-    tokenizer, model = _LOADED[spec.model.path]
+    tokenizer, loaded = _LOADED[spec.model.path]
     agent = Agent.from_spec(spec, tokenizer)
-    trainer, _ = build_trainer(agent, copy.deepcopy(model), kwargs, agent.tasks("train"))
+    trainer, _ = build_trainer(agent, copy.deepcopy(loaded) if model is None else model, kwargs, agent.tasks("train"))
     return spec, kwargs, trainer
+
+
+def loss_inputs(prompt_ids: Any, prompt_mask: Any, completion_ids: Any, completion_mask: Any, tool_mask: Any,
+                advantages: Any, old_logp: Any, ref_logp: Any) -> dict[str, Any]:
+    """A batch as ``_generate_and_score_completions`` hands it to ``_compute_loss``: one advantage per sequence
+    (TRL's: each sequence's first action token's of the per-token ``advantages``)."""
+    import torch
+
+    seq_adv = torch.stack([advantages[i][tool_mask[i].bool()][0] for i in range(len(tool_mask))])
+    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+            "completion_mask": completion_mask, "tool_mask": tool_mask, "advantages": seq_adv,
+            "old_per_token_logps": old_logp, "ref_per_token_logps": ref_logp, "num_items_in_batch": tool_mask.sum()}
 
 
 def score(trainer: Any, batch: Any, spec: Any) -> dict[str, Any]:

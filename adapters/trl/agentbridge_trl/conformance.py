@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
-from agentbridge.adapter.conformance import BACKEND_LENGTHS, LENGTHS, EpisodeRecord, image_digest
+from agentbridge.adapter.conformance import EpisodeRecord, episode_record, golden_sets, image_digest
 
 
 class GoldenVLLMGenerationStandIn:
@@ -52,10 +52,9 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     from agentbridge_trl.rollout import task_of
     from agentbridge_trl.trainer import build_trainer
 
-    sets = ["backend.options={use_vllm: true, vllm_mode: colocate}"]
-    if kind == LENGTHS:  # TRL's one length: the completion (prompt budgets are the driver's)
-        sets.append(f"backend.overrides={{max_completion_length: {BACKEND_LENGTHS['max_response']}}}")
-    spec = golden_spec(kind, sets)
+    # TRL's one length: the completion (prompt budgets are the driver's)
+    spec = golden_spec(kind, golden_sets("trl", kind, "max_completion_length: {max_response}",
+                                         ["backend.options={use_vllm: true, vllm_mode: colocate}"]))
     agent = Agent.from_spec(spec)
     with patch("trl.trainer.grpo_trainer.VLLMGeneration", GoldenVLLMGenerationStandIn):  # TRL's vLLM path
         trainer, _ = build_trainer(agent, load_model(spec.model.path),
@@ -83,15 +82,10 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
         n = int(out["completion_mask"][i].sum())
         # the loss mask _compute_loss applies: completion_mask x tool_mask
         loss_mask = out["completion_mask"][i] * out["tool_mask"][i] if "tool_mask" in out else out["completion_mask"][i]
-        mask = loss_mask[:n]
         reward = float(torch.nansum(seen["rewards"][i] * weights))
         images = (seen.get("images") or [None] * len(inputs))[i] or []
-        records.append(EpisodeRecord(
-            case=task_of(row["prompt"]).id,
-            prompt_ids=out["prompt_ids"][i][out["prompt_mask"][i].bool()].tolist(),
-            response_ids=out["completion_ids"][i][:n].tolist(),
-            response_mask=[int(x) for x in mask.tolist()],
-            logprobs=[float(x) for x in out["sampling_per_token_logps"][i][:n].tolist()],
-            reward=0.0 if math.isnan(reward) else reward,
-            images=[image_digest(im) for im in images]))
+        records.append(episode_record(
+            task_of(row["prompt"]).id, out["prompt_ids"][i][out["prompt_mask"][i].bool()],
+            out["completion_ids"][i][:n], loss_mask[:n], out["sampling_per_token_logps"][i][:n],
+            0.0 if math.isnan(reward) else reward, images=[image_digest(im) for im in images]))
     return records

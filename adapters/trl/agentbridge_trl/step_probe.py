@@ -10,7 +10,6 @@ mask, one advantage per sequence, old and reference log-probs).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +21,12 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from agentbridge.adapter.conformance import PROMPT
-    from agentbridge.adapter.models import load_tokenizer
-    from agentbridge.adapter.rollout import Agent
-    from agentbridge.spec import load_spec
-    from agentbridge_trl.trainer import build_trainer
+    from agentbridge_trl.algorithm_probe import job_trainer, loss_inputs
 
-    spec = load_spec(str(Path(job) / "spec.yaml"))
-    kwargs = json.loads((Path(job) / "grpo_config.json").read_text())
-    kwargs["output_dir"] = str(Path(job) / "trainer")
-    agent = Agent.from_spec(spec, load_tokenizer(spec.model.path))
-    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
-    trainer, _ = build_trainer(agent, model, kwargs, agent.tasks("train"))
-    mask = batch["response_mask"]
-    n = mask.shape[0]
-    adv = batch["advantages"]
-    seq_adv = torch.stack([adv[i][mask[i].bool()][0] for i in range(n)])  # TRL: one advantage per sequence
-    inputs = {"prompt_ids": batch["input_ids"][:, :PROMPT], "prompt_mask": batch["attention_mask"][:, :PROMPT],
-              "completion_ids": batch["input_ids"][:, PROMPT:], "completion_mask": batch["attention_mask"][:, PROMPT:],
-              "tool_mask": mask, "advantages": seq_adv, "old_per_token_logps": batch["old_logp"],
-              "ref_per_token_logps": batch["ref_logp"], "num_items_in_batch": mask.sum()}
+    _, _, trainer = job_trainer(job, AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32))
+    ids, attention = batch["input_ids"], batch["attention_mask"]
+    inputs = loss_inputs(ids[:, :PROMPT], attention[:, :PROMPT], ids[:, PROMPT:], attention[:, PROMPT:],
+                         batch["response_mask"], batch["advantages"], batch["old_logp"], batch["ref_logp"])
     trainer._prepare_inputs = lambda _: inputs  # stand-in for generation: the step batch
     before = {k: p.detach().clone() for k, p in trainer.model.named_parameters()}
     seen: dict[str, Any] = {}

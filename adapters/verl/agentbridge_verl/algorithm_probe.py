@@ -23,9 +23,7 @@ from typing import Any
 
 from agentbridge.adapter.conformance import Documented
 
-# what veRL cannot be configured to do as agentbridge's reference does: algorithm -> quantity -> why, pinned at its
-# max |Δ| on the golden batch with KL off and on (None: no difference in that variant); warned at validate, recorded in
-# the job manifest, checked by the algorithm conformance suite
+# what veRL cannot be configured to do as the reference does: algorithm -> quantity -> Documented (pinned)
 DIFFERENCES: dict[str, dict[str, Documented]] = {
     "reinforce_pp": {
         "advantages": Documented("masked_whiten uses the unbiased (n-1) variance; with KL on, veRL's KL is a loss "
@@ -36,8 +34,7 @@ DIFFERENCES: dict[str, dict[str, Documented]] = {
                                  "is a loss term, not a k1 penalty in the token rewards", off=1.743e-2, on=4.093e-2),
         "kl": Documented("k3 (low_var_kl) in the loss instead of k1 in the reward", off=None, on=2.108e-3)},
 }
-# the quantities veRL's probe cannot produce: quantity -> why (none: every one is read from veRL's own code)
-NOT_PRODUCED: dict[str, str] = {}
+NOT_PRODUCED: dict[str, str] = {}  # quantity -> why not: none, each is read from veRL's code
 
 
 def probe(job: Path, batch: Any) -> dict[str, Any]:
@@ -50,7 +47,6 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
     from verl.utils.config import omega_conf_to_dataclass
 
-    from agentbridge.adapter.conformance import Recipe, reference_advantages
     from agentbridge.spec import load_spec
     from agentbridge_verl.validate import compose_job
 
@@ -92,11 +88,9 @@ def probe(job: Path, batch: Any) -> dict[str, Any]:
     actor = omega_conf_to_dataclass(actor_cfg)
     mode = actor_cfg.get("loss_agg_mode", "token-mean")
     loss_mode = actor_cfg.policy_loss.get("loss_mode", "vanilla")
-    ref_adv = reference_advantages(spec.algorithm.name, batch.tensors(width, torch.float64),
-                                   spec.algorithm.kl_coef,
-                                   Recipe.of(spec.algorithm)).float()
     loss, metrics = core_algos.get_policy_loss_fn(loss_mode)(
-        old_log_prob=t["old_logp"], log_prob=t["logp"], advantages=ref_adv, response_mask=mask.bool(),
+        old_log_prob=t["old_logp"], log_prob=t["logp"], advantages=batch.advantages(spec.algorithm, width),
+        response_mask=mask.bool(),
         loss_agg_mode=mode, config=actor, rollout_is_weights=data.batch.get("rollout_is_weights", None))
     kl = 0.0
     if actor_cfg.use_kl_loss:

@@ -20,14 +20,10 @@ for veRL's ``LLMServerClient`` (the vLLM servers need a GPU), answering with
 :func:`agentbridge.conformance.golden.golden_turn`, and the Ray actors of veRL's own named in the two modules. The case
 is the task each row's ``extra_info`` carries.
 
-Images: veRL keeps no raw images, only what its processor made of them (``multi_modal_inputs``: ``pixel_values``,
-``image_grid_thw``). The digests are therefore those of the images the agent loop handed veRL's worker for the row
-(``AgentLoopOutput.multi_modal_data``), and each row is checked against what veRL stored: its ``pixel_values`` and
-``image_grid_thw`` must equal veRL's image processor's output on exactly those images, in order, and its sequence
-must hold one image token per visual token of them; otherwise the run fails with a ``ConformanceError`` naming the
-row. Reconstructing images from ``pixel_values`` instead would depend on one processor family's patch layout and
-resizing, and a resized image could never match the driver's digest; the check says the same thing (the batch
-carries exactly those pixels) for any processor veRL binds.
+Images: veRL keeps no raw images, only what its processor made of them (``multi_modal_inputs``). The digests are
+those of the images the agent loop handed veRL's worker for the row (``AgentLoopOutput.multi_modal_data``), once
+the row is checked to carry exactly veRL's processor output on them
+(:func:`~agentbridge.conformance.images.handed_image_digests`); else the run fails, naming the row.
 """
 
 from __future__ import annotations
@@ -40,12 +36,12 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
 from agentbridge import adapter as kit
 from agentbridge.adapter.conformance import (
-    BACKEND_LENGTHS,
     CREDIT,
-    LENGTHS,
     ConformanceError,
     EpisodeRecord,
-    image_digest,
+    episode_record,
+    golden_job,
+    handed_image_digests,
 )
 
 # agent-loop workers of the conformance job (the default is 8): each is built in this process, and a worker's
@@ -94,39 +90,6 @@ def case_of(extra_info: Any) -> str:
         raise ConformanceError(str(e)) from None
 
 
-def row_images(where: str, handed: dict[str, Any] | None, mm_inputs: dict[str, Any] | None,
-               input_ids: list[int], processor: Any) -> list[str]:
-    """Digests of the images handed to veRL for a row, after checking that the batch carries exactly their pixels."""
-    import torch
-
-    images = list((handed or {}).get("images") or [])
-    mm_inputs = dict(mm_inputs or {})
-    if not images:
-        if mm_inputs.get("pixel_values") is not None:
-            raise ConformanceError(f"{where}: the batch carries pixel_values, but the agent loop handed veRL no "
-                                   "images")
-        return []
-    if processor is None:
-        raise ConformanceError(f"{where}: the agent loop handed veRL {len(images)} images, but veRL built no "
-                               "processor for the model: no pixel_values reach the batch")
-    want = processor.image_processor(images=images, return_tensors="pt")
-    pixels, grid = mm_inputs.get("pixel_values"), mm_inputs.get("image_grid_thw")
-    if pixels is None or grid is None:
-        raise ConformanceError(f"{where}: the batch carries no pixel_values/image_grid_thw for the {len(images)} "
-                               "images the agent loop handed veRL")
-    if not (torch.equal(grid, want["image_grid_thw"]) and torch.equal(pixels, want["pixel_values"])):
-        raise ConformanceError(f"{where}: the batch's pixel_values/image_grid_thw are not veRL's processor output "
-                               f"on the {len(images)} images the agent loop handed veRL")
-    merge = getattr(processor.image_processor, "merge_size", None)
-    image_token = getattr(processor, "image_token_id", None)
-    if merge and image_token is not None:
-        tokens = int(grid.prod(-1).sum()) // (merge * merge)
-        if input_ids.count(image_token) != tokens:
-            raise ConformanceError(f"{where}: the sequence holds {input_ids.count(image_token)} image tokens, "
-                                   f"the batch's images have {tokens} visual tokens")
-    return [image_digest(im) for im in images]
-
-
 def legacy_records(cfg: Any, tokenizer: Any, processor: Any) -> list[EpisodeRecord]:
     """The golden episodes through ``RayPPOTrainer``'s step (``trainer.use_v1=false``), read from its padded
     training batch (``agentbridge_verl.inprocess``)."""
@@ -148,17 +111,13 @@ def legacy_records(cfg: Any, tokenizer: Any, processor: Any) -> list[EpisodeReco
         attn = b["attention_mask"][i].bool()
         n = int(attn[prompt_len:].sum())
         case = case_of(extra["extra_info"][i])
-        where = f"veRL batch row {i} (case {case})"
-        records.append(EpisodeRecord(
-            case=case,
-            prompt_ids=b["prompts"][i][attn[:prompt_len]].tolist(),
-            response_ids=b["responses"][i][attn[prompt_len:]].tolist(),
-            response_mask=[int(x) for x in b["response_mask"][i][:n].tolist()],
-            logprobs=[float(x) for x in b["rollout_log_probs"][i][:n].tolist()] if logprobs else [],
-            reward=float(b["token_level_scores"][i].sum()),
-            token_rewards=[float(x) for x in b["token_level_scores"][i][:n].tolist()],
-            images=row_images(where, handed[i], mm_inputs[i] if mm_inputs is not None else None,
-                              b["input_ids"][i][attn].tolist(), processor)))
+        images = handed_image_digests(f"veRL batch row {i} (case {case})", (handed[i] or {}).get("images"),
+                                      mm_inputs[i] if mm_inputs is not None else None, b["input_ids"][i][attn],
+                                      processor, "veRL")
+        records.append(episode_record(
+            case, b["prompts"][i][attn[:prompt_len]], b["responses"][i][attn[prompt_len:]], b["response_mask"][i][:n],
+            b["rollout_log_probs"][i][:n] if logprobs else [], b["token_level_scores"][i].sum(),
+            token_rewards=b["token_level_scores"][i][:n], images=images))
     return records
 
 
@@ -191,12 +150,11 @@ def v1_records(cfg: Any, tokenizer: Any, processor: Any) -> list[EpisodeRecord]:
             raise ConformanceError(f"{where}: input_ids are not the prompt followed by the response")
         if key not in handed:
             raise ConformanceError(f"{where}: no agent-loop output was handed to veRL under key {key}")
-        records.append(EpisodeRecord(
-            case=case, prompt_ids=prompt, response_ids=response,
-            response_mask=[int(x) for x in masks[i].tolist()],
-            logprobs=[float(x) for x in logprobs[i].tolist()] if logprobs is not None else [],
-            reward=float(scores[i].sum()), token_rewards=[float(x) for x in scores[i].tolist()],
-            images=row_images(where, handed[key], mm_inputs[i], input_ids[i].tolist(), processor)))
+        images = handed_image_digests(where, (handed[key] or {}).get("images"), mm_inputs[i], input_ids[i],
+                                      processor, "veRL")
+        records.append(episode_record(case, prompt, response, masks[i],
+                                      logprobs[i] if logprobs is not None else [], scores[i].sum(),
+                                      token_rewards=scores[i], images=images))
     return records
 
 
@@ -211,23 +169,19 @@ def golden_records(kind: str, workdir: Path) -> list[EpisodeRecord]:
     ``backend.overrides`` turns it off). The other path must agree: where its records differ, they are compared
     with the driver's, and any difference fails the run with a ``ConformanceError`` naming that path.
 
-    The golden spec names backend trl; it is compiled with ``backend.name=verl``, since veRL applies
-    ``backend.options`` and ``backend.overrides`` only when it is the spec's backend, and with ``AGENT_WORKERS``
-    agent-loop workers; for the ``lengths`` kind, with ``data.max_prompt_length`` / ``data.max_response_length``
-    at :data:`~agentbridge.conformance.golden.BACKEND_LENGTHS`.
+    The job (:func:`~agentbridge.conformance.kit.golden_job`) has ``AGENT_WORKERS`` agent-loop workers and, for
+    the ``lengths`` kind, veRL's ``data.max_prompt_length`` / ``data.max_response_length`` at ``BACKEND_LENGTHS``.
     """
-    from agentbridge.adapter.conformance import compare, golden_spec, reference_records
+    from agentbridge.adapter.conformance import compare, reference_records
     from agentbridge_verl.backend import VerlBackend
     from agentbridge_verl.inprocess import compose_worker_config, model_config, verl_processor_in_model_config
 
-    sets = ["backend.name=verl", f"backend.options={{agent_workers: {AGENT_WORKERS}}}"]
-    if kind == LENGTHS:  # veRL's own lengths: the rollout's prompt_length and response_length follow them
-        sets.append(f"backend.overrides={{data.max_prompt_length: {BACKEND_LENGTHS['max_prompt']}, "
-                    f"data.max_response_length: {BACKEND_LENGTHS['max_response']}}}")
-    spec = golden_spec(kind, sets)
-    job = VerlBackend().compile(spec, Path(workdir) / "verl")
+    # veRL's own lengths: the rollout's prompt_length and response_length follow them
+    spec, job = golden_job(VerlBackend(), kind, workdir, "data.max_prompt_length: {max_prompt}, "
+                           "data.max_response_length: {max_response}",
+                           [f"backend.options={{agent_workers: {AGENT_WORKERS}}}"])
     with verl_processor_in_model_config():
-        cfg = compose_worker_config(job.path)
+        cfg = compose_worker_config(job)
         model = model_config(cfg)
         tokenizer, processor = model.tokenizer, model.processor
         v1 = v1_records(cfg, tokenizer, processor)

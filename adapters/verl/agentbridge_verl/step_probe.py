@@ -21,13 +21,12 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     """The loss, clipped gradients and parameter updates of one veRL actor update on ``batch``."""
     import torch
     from tensordict import TensorDict
-    from transformers import AutoModelForCausalLM
     from verl.utils import tensordict_utils as tu
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config.optimizer import build_optimizer
     from verl.workers.utils.losses import ppo_loss
 
-    from agentbridge.adapter.conformance import PROMPT, optimizer_step, response_logp
+    from agentbridge.adapter.conformance import PROMPT, response_logp, train_step
     from agentbridge.spec import load_spec
     from agentbridge_verl.validate import compose_job
 
@@ -36,20 +35,18 @@ def step(job: Path, init: str, batch: dict[str, Any]) -> dict[str, Any]:
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     optim = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.optim)
     n, width = batch["response_mask"].shape
-    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
-    model.train()
-    logp = response_logp(model, batch["input_ids"], batch["attention_mask"], width)
-    # the engine's output: one log-prob per unpadded token (the one predicting the next token)
-    full = torch.zeros(n, PROMPT + width, dtype=logp.dtype)
-    full = torch.cat([full[:, :PROMPT - 1], logp, full[:, -1:]], 1)
-    flat = full[batch["attention_mask"].bool()]
     mask = batch["response_mask"]
     data = TensorDict({"prompts": batch["input_ids"][:, :PROMPT], "responses": batch["input_ids"][:, PROMPT:],
                        "attention_mask": batch["attention_mask"], "response_mask": mask,
                        "old_log_probs": batch["old_logp"], "advantages": batch["advantages"],
                        "ref_log_prob": batch["ref_logp"]}, batch_size=[n])
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=n)
-    loss, _ = ppo_loss(actor, {"log_probs": flat}, data)
-    loss.backward()
-    optimizer = build_optimizer(model.parameters(), optim)
-    return optimizer_step(model, optimizer, float(loss.detach()), float(optim.clip_grad))
+
+    def loss_of(model: Any) -> Any:
+        logp = response_logp(model, batch["input_ids"], batch["attention_mask"], width)
+        # the engine's output: one log-prob per unpadded token (the one predicting the next token)
+        full = torch.zeros(n, PROMPT + width, dtype=logp.dtype)
+        full = torch.cat([full[:, :PROMPT - 1], logp, full[:, -1:]], 1)
+        return ppo_loss(actor, {"log_probs": full[batch["attention_mask"].bool()]}, data)[0]
+
+    return train_step(init, loss_of, lambda model: build_optimizer(model.parameters(), optim), float(optim.clip_grad))
