@@ -140,8 +140,8 @@ def failures(run: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Warm:
-    cache = pytestconfig.cache.mkdir("rl-guard") if pytestconfig.cache is not None else \
-        tmp_path_factory.mktemp("rl-guard-cache")
+    store = getattr(pytestconfig, "cache", None)  # absent under -p no:cacheprovider
+    cache = store.mkdir("rl-guard") if store is not None else tmp_path_factory.mktemp("rl-guard-cache")
     made = Warm(tmp_path_factory.mktemp("rl-guard"), Path(cache))
     print(f"rl guard warm start: {made.built}; tool {made.before['tool']:.3f}, env {made.before['env']:.2f}")
     assert 0.05 < made.before["tool"] < 1 - 2 * GAIN, f"the warm start leaves no gap for RL to close: {made.before}"
