@@ -7,9 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .agentbridge
-# pip byte-compiles every file it installs unless told not to: most of torch, transformers and the backends is never
-# imported by a test, and what is imported is compiled on first use (a fresh torch install: 29 s -> 16 s)
-export PIP_NO_COMPILE=1
 t0=$(date +%s)
 times=()
 took() { times+=("$1 $(( $(date +%s) - $2 ))s"); }

@@ -6,5 +6,8 @@
 # AGENTBRIDGE_UV names the uv that `agentbridge backends setup` and the plugins' environment scripts install with.
 if [ "${AGENTBRIDGE_UV:-}" != off ] && [ -x .venv/bin/uv ]; then
   export AGENTBRIDGE_UV="$PWD/.venv/bin/uv"
+  # byte-compiled as pip does: where PYTHONDONTWRITEBYTECODE is set (this project's machines), an install without
+  # .pyc files would have every process compile torch and transformers from source on each import
+  export UV_COMPILE_BYTECODE=1
   eval "$(.venv/bin/python scripts/uv_settings.py)"
 fi
