@@ -1,6 +1,7 @@
 """Installing into a fresh environment: pip (byte-compiling, as by default), pip without byte-compiling
-(``PIP_NO_COMPILE=1``, what scripts/test.sh sets) and uv (scripts/uv-env.sh: pip's package sources handed to uv),
-alternated in one run so that the machine's load falls on all three alike.
+(``PIP_NO_COMPILE=1``; where PYTHONDONTWRITEBYTECODE is set such an environment never gets .pyc files) and uv
+(scripts/uv-env.sh: pip's package sources handed to uv, byte-compiling), alternated in one run so that the
+machine's load falls on all three alike.
 
 Each round creates three empty venvs and installs the same packages into each, timing the install only (wall
 seconds). The first uv install fills uv's cache: it is run once before the rounds (and reported apart), as pip's own
