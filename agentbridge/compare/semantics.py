@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable
+from types import SimpleNamespace
+
+from agentbridge.spec.recipe import overlong_words as recipe_overlong_words
 
 ASPECTS: dict[str, str] = {
     "advantage": "how a sample's advantage is computed and normalised",
@@ -78,9 +81,7 @@ def batch_words(prompts: int, samples: int, epochs: int, mini_batches: int) -> s
 def overlong_words(mask_truncated: bool, buffer: int | None = None, penalty: float = 1.0) -> str:
     """The shared words of the ``overlong`` aspect: ``truncated episodes masked; penalty 1 over the last 64
     tokens``, either part alone, or ``none``."""
-    parts = (["truncated episodes masked"] if mask_truncated else []) + (
-        [f"penalty {penalty:g} over the last {buffer} tokens"] if buffer else [])
-    return "; ".join(parts) or "none"
+    return recipe_overlong_words(SimpleNamespace(mask_truncated=mask_truncated, buffer=buffer, penalty=penalty))
 
 
 def shared(value: str) -> str:

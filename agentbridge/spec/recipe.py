@@ -10,7 +10,7 @@ setting with the same meaning, its ``check`` refuses the spec in one line naming
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
     from agentbridge.spec.schema import AlgorithmSpec
@@ -104,6 +104,16 @@ def overlong_penalty(response_tokens: int, max_tokens: int, buffer: int, penalty
     if response_tokens <= start:
         return 0.0
     return -penalty * min(response_tokens - start, buffer) / buffer
+
+
+def overlong_words(overlong: Any, *more: str) -> str:
+    """The shared words of ``compare``'s "overlong" aspect for a spec's ``algorithm.overlong`` (agentbridge's rollout
+    applies it, the same on every backend): ``truncated episodes masked; penalty 1 over the last 64 tokens``, either
+    part alone, then ``more`` (what a backend adds of its own), or ``none``."""
+    parts = ["truncated episodes masked"] if overlong is not None and overlong.mask_truncated else []
+    if overlong is not None and overlong.buffer:
+        parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
+    return "; ".join([*parts, *more]) or "none"
 
 
 def is_correction_words(level: str, mode: str, cap: float) -> str:

@@ -28,7 +28,7 @@ from agentbridge import Message
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
 from agentbridge.spec import Spec
-from agentbridge.spec.recipe import is_correction_words, rollout_words
+from agentbridge.spec.recipe import is_correction_words, overlong_words, rollout_words
 from agentbridge_openrlhf.config import OPENRLHF_PIN, OWNED
 
 
@@ -279,10 +279,7 @@ def _overlong(f: Any, overlong: Any) -> str:
     """The overlong aspect of :func:`semantics_of`: agentbridge's rollout masks and penalises as
     ``algorithm.overlong`` says; OpenRLHF's own overlong reward (``reward.overlong_buffer_len``) is refused at
     validate."""
-    parts = ["truncated episodes masked"] if overlong is not None and overlong.mask_truncated else []
-    if overlong is not None and overlong.buffer:
-        parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
-    return ("; ".join(parts) or "none") + f" · reward.overlong_buffer_len {f('reward.overlong_buffer_len')}"
+    return overlong_words(overlong) + f" · reward.overlong_buffer_len {f('reward.overlong_buffer_len')}"
 
 
 def _is_correction(f: Any) -> str:

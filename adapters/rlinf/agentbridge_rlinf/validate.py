@@ -24,6 +24,7 @@ from typing import Any
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
 from agentbridge.spec import Spec
+from agentbridge.spec.recipe import overlong_words
 from agentbridge_rlinf import RLINF_PIN
 from agentbridge_rlinf.config import CONFIG_NAME, path_overrides
 
@@ -74,12 +75,7 @@ def semantics_of(cfg: Any, spec: Any = None) -> dict[str, str]:
                          f"calculate_entropy {algo.get('calculate_entropy')}",
     }
     if spec is not None:
-        overlong, parts = spec.algorithm.overlong, []
-        if overlong is not None and overlong.mask_truncated:
-            parts.append("truncated episodes masked")
-        if overlong is not None and overlong.buffer:
-            parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
-        out["overlong"] = "; ".join(parts) or "none"
+        out["overlong"] = overlong_words(spec.algorithm.overlong)
     out["grad clip"] = (f"max norm {float(norm):g}" if norm is not None and float(norm) > 0 else "none") + \
         f" · actor.optim.clip_grad {norm}"
     # the reasoning actor updates once per rollout (update_epoch is the embodied actor's), in n_minibatches steps

@@ -25,6 +25,7 @@ from typing import Any
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
 from agentbridge.spec import Spec, SpecError, load_spec
+from agentbridge.spec.recipe import overlong_words
 from agentbridge_roll import ROLL_SOURCE, keep_roll_logs_out_of_cwd
 from agentbridge_roll.config import CONFIG_NAME, path_overrides
 
@@ -134,12 +135,7 @@ def semantics_of(config: Any, spec: Any = None) -> dict[str, str]:
     coef, norm = float(config.entropy_loss_coef or 0), config.max_grad_norm
     out = {"entropy bonus": (f"coef {coef:g}" if coef > 0 else "none") + f" · entropy_loss_coef {coef:g}"}
     if spec is not None:
-        overlong, parts = spec.algorithm.overlong, []
-        if overlong is not None and overlong.mask_truncated:
-            parts.append("truncated episodes masked")
-        if overlong is not None and overlong.buffer:
-            parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
-        out["overlong"] = "; ".join(parts) or "none"
+        out["overlong"] = overlong_words(spec.algorithm.overlong)
     out["grad clip"] = (f"max norm {float(norm):g}" if norm is not None and norm > 0 else "none") + \
         f" · max_grad_norm {norm}"
     # rollout_batch_size counts trajectories; an optimizer step takes per_device x accumulation x workers of them

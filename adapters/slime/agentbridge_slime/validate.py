@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
 from agentbridge.spec import Spec, SpecError, load_spec
+from agentbridge.spec.recipe import overlong_words
 from agentbridge_slime import SLIME_PIN
 
 # the Megatron-LM flags the job passes or slime_validate_args reads (Megatron's own parser needs Megatron-LM)
@@ -156,10 +157,7 @@ def semantics_of(args: Any, spec: Any = None) -> dict[str, str]:
 def overlong_semantics(overlong: Any) -> str:
     """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says, the same on
     every backend."""
-    parts = ["truncated episodes masked"] if overlong is not None and overlong.mask_truncated else []
-    if overlong is not None and overlong.buffer:
-        parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
-    return "; ".join(parts) or "none"
+    return overlong_words(overlong)
 
 
 def is_semantics(args: Any) -> str:

@@ -17,7 +17,7 @@ from unittest.mock import patch
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
 from agentbridge.spec import Spec
-from agentbridge.spec.recipe import is_correction_words, rollout_words
+from agentbridge.spec.recipe import is_correction_words, overlong_words, rollout_words
 
 LOSS_AGGREGATION = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean over the local batch",
                     "dr_grpo": "seq-mean-token-sum-norm (max_completion_length)"}
@@ -96,12 +96,7 @@ def overlong_semantics(c: Any, overlong: Any) -> str:
     """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says (the same on
     every backend); TRL's own ``mask_truncated_completions`` (dapo's preset) also masks a completion that does not
     end in EOS."""
-    parts = ["truncated episodes masked"] if overlong is not None and overlong.mask_truncated else []
-    if overlong is not None and overlong.buffer:
-        parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
-    if c.mask_truncated_completions:
-        parts.append("completions without EOS masked")
-    return "; ".join(parts) or "none"
+    return overlong_words(overlong, *(["completions without EOS masked"] if c.mask_truncated_completions else []))
 
 
 def is_semantics(c: Any) -> str:

@@ -27,7 +27,7 @@ import yaml
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
 from agentbridge.spec import Spec
-from agentbridge.spec.recipe import is_correction_words, rollout_words
+from agentbridge.spec.recipe import is_correction_words, overlong_words, rollout_words
 from agentbridge_verl import VERL_PIN
 from agentbridge_verl.config import (
     AGENT_LOOP_FILE,
@@ -476,10 +476,7 @@ def _lora_semantics(model: Any) -> str:
 def _overlong_semantics(overlong: Any) -> str:
     """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says, the same on
     every backend."""
-    parts = ["truncated episodes masked"] if overlong is not None and overlong.mask_truncated else []
-    if overlong is not None and overlong.buffer:
-        parts.append(f"penalty {overlong.penalty:g} over the last {overlong.buffer} tokens")
-    return "; ".join(parts) or "none"
+    return overlong_words(overlong)
 
 
 def _is_semantics(rc: Any) -> str:
