@@ -307,6 +307,11 @@ def job_settings(backend: str, config: dict[str, Any]) -> dict[str, Any]:
     if backend == "roll" and "fsdp" in str(get("strategy")):
         sharding = "fsdp"
     engine = _truthy(get("engine", False)) and str(get("engine_mode", "colocate")) == "colocate"
+    recompute = _truthy(get("recompute", False))
+    if backend == "roll" and sharding == "fsdp":  # the HF model of ROLL's FSDP2 checkpoints unless disabled
+        recompute = not _truthy(config.get("actor_train.model_args.disable_gradient_checkpointing", False))
+    if backend == "rlinf" and config.get("actor.training_backend") == "megatron":  # Megatron's recompute, not FSDP's
+        recompute = _truthy(config.get("actor.model.recompute_granularity", False))
     try:
         zero_stage = int(get("zero_stage", 0) or 0)
     except (TypeError, ValueError):
@@ -320,7 +325,7 @@ def job_settings(backend: str, config: dict[str, Any]) -> dict[str, Any]:
                     "optimizer": _truthy(get("optimizer_offload", False)),
                     "ref": _truthy(get("ref_offload", False))},
         "micro_batch": max(1, int(get("micro_batch", 1) or 1)),
-        "recompute": _truthy(get("recompute", False)),
+        "recompute": recompute,
         "engine_fraction": float(get("gpu_memory_utilization", 0.0) or 0.0) if engine else 0.0,
     }
 

@@ -38,6 +38,7 @@ from agentbridge.spec.recipe import (
     clip_range,
     preset_clip,
 )
+from agentbridge.spec.sizing import SIZING_FIELDS
 
 ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo")
 
@@ -411,8 +412,35 @@ class AlgorithmSpec(_Strict):
 
 
 class ResourcesSpec(_Strict):
+    """Machines and GPUs, and how the trainer fits the model on them. The sizing fields (``micro_batch_size``,
+    ``gradient_checkpointing``, ``save_steps``, ``save_total_limit``) are null by default, the backend's own default;
+    a set one is written to each backend's own setting, and a backend without one refuses the spec naming the
+    backends that can (``agentbridge.spec.sizing``)."""
+
     nodes: Int = Field(1, gt=0, le=MAX_NODES, description="Machines the job runs on")
     gpus_per_node: Int = Field(0, ge=0, le=MAX_GPUS_PER_NODE, description="GPUs per machine (0: CPU)")
+    micro_batch_size: Annotated[Int, Field(gt=0, le=MAX_BATCH)] | None = Field(
+        None, description="Sequences each GPU puts through one forward and backward pass of training; the gradients "
+        "of a step's micro-batches accumulate into its updates, so it sets memory, not the algorithm (null: the "
+        "backend's default)")
+    gradient_checkpointing: bool | None = Field(
+        None, description="Recompute each layer's activations in the backward pass instead of keeping them "
+        "(activation checkpointing, Megatron's full recompute): far less activation memory for about a third more "
+        "training compute (null: the backend's default)")
+    save_steps: Annotated[Int, Field(gt=0, le=MAX_STEPS)] | None = Field(
+        None, description="RL steps between checkpoints, one also at the last step: what a relaunched or resumed run "
+        "continues from (null: the backend's default)")
+    save_total_limit: Annotated[Int, Field(gt=0, le=MAX_STEPS)] | None = Field(
+        None, description="Checkpoints kept, the newest; older ones are deleted (null: the backend's default)")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_sizing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Sizing fields left null are not written, so a spec without them dumps and hashes as it did before."""
+        data: dict[str, Any] = handler(self)
+        for key in SIZING_FIELDS:
+            if data.get(key, 0) is None:
+                del data[key]
+        return data
 
 
 class BackendSpec(_Strict):
@@ -482,4 +510,11 @@ class Spec(_Strict):
             raise ValueError("algorithm.warm_start.target needs data.dev: the tasks its dev success is measured on")
         if ws is not None and ws.control and self.data.eval is None:
             raise ValueError("algorithm.warm_start.control needs data.eval: the arms are compared on held-out tasks")
+        micro, algo = self.resources.micro_batch_size, self.algorithm
+        gpus = max(1, self.resources.nodes * self.resources.gpus_per_node)
+        share = algo.batch_size * algo.group_size // (algo.mini_batches or 1)
+        if micro is not None and share % gpus == 0 and (share // gpus) % micro:
+            raise ValueError(f"resources.micro_batch_size ({micro}) must divide each GPU's {share // gpus} episodes "
+                             "per update (batch_size x group_size / mini_batches / GPUs): the backends split them "
+                             "into whole micro-batches")
         return self

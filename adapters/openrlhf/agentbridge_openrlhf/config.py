@@ -11,6 +11,7 @@ from typing import Any
 
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
 from agentbridge.spec.schema import Spec
+from agentbridge.spec.sizing import sized_options
 
 OPENRLHF_PIN = "0.11.2"
 BACKEND = "openrlhf"
@@ -73,6 +74,10 @@ OPTIONS: dict[str, Any] = {
                                     # launched again with the same OUT continues from the newest (ckpt.load_enable)
     "save_total_limit": 2,          # how many checkpoints are kept (ckpt.max_num)
 }
+# resources' sizing fields -> the option each is the default of (agentbridge.spec.sizing): --train.micro_batch_size,
+# --actor.gradient_checkpointing_enable, --ckpt.save_steps, --ckpt.max_num
+SIZING_OPTIONS = {"micro_batch_size": "train_micro_batch_size", "gradient_checkpointing": "gradient_checkpointing",
+                  "save_steps": "save_steps", "save_total_limit": "save_total_limit"}
 # Flags the executor contract depends on: an override may not change them.
 OWNED = ("train.agent_func_path", "data.prompt_dataset", "data.input_key", "data.label_key")
 
@@ -83,8 +88,9 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    """OpenRLHF's options: the defaults, then ``backend.options`` when the spec's backend is OpenRLHF."""
-    return {**OPTIONS, **(spec.backend.options if applies(spec) else {})}
+    """OpenRLHF's options: the defaults, the spec's sizing fields, then ``backend.options`` when the spec's backend
+    is OpenRLHF."""
+    return {**OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
 
 
 def overrides(spec: Spec) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from agentbridge import adapter as kit
 from agentbridge.adapter import flatten, set_dotted
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
+from agentbridge.spec.sizing import sized_options, sizing_refusals
 
 CONFIG_NAME = "rlinf_job"
 ENTRY_FILE = "entry.py"
@@ -52,6 +53,13 @@ IS_WHY = ("RLinf 0.3.0's importance_sampling_fix is per token and truncates (adv
           "rollout), max=importance_sampling_clip) in the actor's training_step): no sequence level, no mask")
 ROLLOUT_WHY = ("RLinf 0.3.0's asynchronous runner (algorithm.staleness_threshold) is the embodied one "
                "(AsyncPPOEmbodiedRunner); its AgentRunner, which runs agent loops, generates and trains in turn")
+# resources' sizing fields -> the option each is the default of (agentbridge.spec.sizing); gradient_checkpointing sets
+# the FSDP or Megatron actor's recompute directly (settings)
+SIZING_OPTIONS = {"micro_batch_size": "micro_batch_size", "save_steps": "save_interval"}
+SIZING_WHY_NOT = {"save_total_limit": "RLinf 0.3.0 keeps every checkpoint: its runner saves every "
+                                      "runner.save_interval steps (ReasoningRunner._save_checkpoint) and deletes none"}
+# Megatron's full recompute of every layer (megatron_model_manager: build_transformer_config(actor.model))
+MEGATRON_RECOMPUTE = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
 # why RLinf 0.3.0 cannot run the others (the capability error says it, naming the backends that can)
 WHY_NOT = {
     "gspo": "RLinf 0.3.0 has no sequence-level importance ratio (no gspo loss)",
@@ -103,7 +111,9 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    return {**DEFAULT_OPTIONS, **(spec.backend.options if applies(spec) else {})}
+    """RLinf's options: the defaults, the spec's sizing fields, then ``backend.options`` when it is the spec's
+    backend."""
+    return {**DEFAULT_OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
 
 
 def seq_length(spec: Spec) -> int:
@@ -235,7 +245,8 @@ def settings(spec: Spec) -> dict[str, Any]:
                         "weight_decay": 0.0, "clip_grad": 1.0},
         "actor.tokenizer": {"tokenizer_model": "${rollout.model.model_path}", "use_fast": True,
                             "trust_remote_code": True, "padding_side": "right"},
-        "actor.fsdp_config": {"strategy": "fsdp2", "sharding_strategy": "full_shard", "gradient_checkpointing": True,
+        "actor.fsdp_config": {"strategy": "fsdp2", "sharding_strategy": "full_shard",
+                              "gradient_checkpointing": spec.resources.gradient_checkpointing is not False,
                               "cpu_offload": False, "offload_pin_memory": True, "reshard_after_forward": True,
                               "enable_gradient_accumulation": True, "forward_prefetch": False,
                               "limit_all_gathers": False, "backward_prefetch": None, "use_orig_params": False,
@@ -260,6 +271,8 @@ def settings(spec: Spec) -> dict[str, Any]:
     tree.update(recipe_settings(spec))
     if algo.max_grad_norm is not None:
         tree["actor.optim"] = {**tree["actor.optim"], "clip_grad": algo.max_grad_norm}
+    if spec.resources.gradient_checkpointing and opts["training_backend"] == "megatron":
+        tree["actor.model"] = {**tree["actor.model"], **MEGATRON_RECOMPUTE}
     tree["critic.use_critic_model"] = False
     return tree
 
@@ -304,16 +317,17 @@ def kl_settings(spec: Spec) -> dict[str, Any]:
 
 
 def kl_refusals(spec: Spec) -> dict[str, str]:
-    """The KL settings of the spec RLinf 0.3.0 cannot honour: the field's path -> why."""
-    algo = spec.algorithm
+    """The KL settings of the spec RLinf 0.3.0 cannot honour, and its sizing fields RLinf has no setting for
+    (``SIZING_WHY_NOT``): the field's path -> why."""
+    algo, out = spec.algorithm, sizing_refusals(spec, SIZING_WHY_NOT)
     if algo.kl_coef <= 0 or (algo.kl_estimator is None and algo.kl_in is None):
-        return {}
+        return out
     estimator, where = kl_setting(algo)
     if where == "reward" and ALGORITHMS.get(algo.name, {}).get("adv_type") != "reinpp":
-        return {"algorithm.kl_in": KL_REWARD_WHY}
-    if where == "loss" and estimator == "k1" and options(spec)["training_backend"] == "fsdp":
-        return {"algorithm.kl_estimator" if algo.kl_estimator else "algorithm.kl_in": KL_K1_LOSS_WHY}
-    return {}
+        out["algorithm.kl_in"] = KL_REWARD_WHY
+    elif where == "loss" and estimator == "k1" and options(spec)["training_backend"] == "fsdp":
+        out["algorithm.kl_estimator" if algo.kl_estimator else "algorithm.kl_in"] = KL_K1_LOSS_WHY
+    return out
 
 
 def overrides(spec: Spec) -> dict[str, Any]:

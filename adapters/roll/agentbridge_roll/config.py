@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, PositiveInt
 from agentbridge.adapter import flatten, set_dotted
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting, preset_clip
+from agentbridge.spec.sizing import sized_options
 
 CONFIG_NAME = "roll_job"
 ENTRY_FILE = "entry.py"
@@ -49,6 +50,10 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
             "lambd": 0.95, "add_token_level_kl": True, "kl_penalty": "kl",
             "reward_normalization": {"grouping": "batch", "norm_mean_type": None, "norm_std_type": None}},
 }
+# resources' sizing fields -> the option each is the default of (agentbridge.spec.sizing); gradient_checkpointing sets
+# the training workers' recompute (_worker), save_total_limit max_ckpt_to_keep (BasePipeline._cleanup_old_checkpoints)
+SIZING_OPTIONS = {"micro_batch_size": "micro_batch_size", "save_steps": "save_steps"}
+MEGATRON_RECOMPUTE = {"recompute_granularity": "full"}  # mcore_adapter: every layer, uniform, as ROLL's examples
 GROUPED = ("grpo", "dr_grpo", "dapo")
 # algorithm.loss_agg -> loss_agg_mode (roll/utils/functionals.agg_loss); seq_mean_token_sum_norm is refused: ROLL
 # divides by the padded width, not agent.max_response_tokens (its dr_grpo preset keeps that, with a note)
@@ -111,7 +116,9 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    return {**DEFAULT_OPTIONS, **(spec.backend.options if applies(spec) else {})}
+    """ROLL's options: the defaults, the spec's sizing fields, then ``backend.options`` when it is the spec's
+    backend."""
+    return {**DEFAULT_OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
 
 
 def sequence_length(spec: Spec) -> int:
@@ -166,11 +173,14 @@ def rollout_batch_size(spec: Spec) -> int:
 
 def _worker(spec: Spec, strategy: str, *, dtype: str, train: bool, micro: int = 1,
             gpus_of: range | None = None) -> dict[str, Any]:
-    """One ROLL worker section (``WorkerConfig``) on ``gpus_of`` (the training workers' GPUs by default)."""
-    algo = spec.algorithm
+    """One ROLL worker section (``WorkerConfig``) on ``gpus_of`` (the training workers' GPUs by default); a training
+    one recomputes activations as ``resources.gradient_checkpointing`` says (null: ROLL's default, on for FSDP2's HF
+    model, off for Megatron)."""
+    algo, recompute = spec.algorithm, spec.resources.gradient_checkpointing
     section: dict[str, Any] = {
-        "model_args": {"dtype": dtype, "disable_gradient_checkpointing": not train},
-        "strategy_args": {"strategy_name": strategy, "strategy_config": {}},
+        "model_args": {"dtype": dtype, "disable_gradient_checkpointing": not train or recompute is False},
+        "strategy_args": {"strategy_name": strategy, "strategy_config": dict(
+            MEGATRON_RECOMPUTE if train and recompute and strategy == "megatron_train" else {})},
         "device_mapping": device_mapping(spec, gpus_of if gpus_of is not None else train_gpus(spec)),
     }
     if train:
@@ -221,6 +231,7 @@ def settings(spec: Spec, *, has_eval: bool = False) -> dict[str, Any]:
         "num_gpus_per_node": gpus_per_node(spec),
         "max_steps": algo.steps,
         "save_steps": int(opts["save_steps"]),
+        **({"max_ckpt_to_keep": spec.resources.save_total_limit} if spec.resources.save_total_limit else {}),
         "logging_steps": 1,
         "eval_steps": 0,  # agentbridge's held-out evaluation is not run around ROLL's trainer
         # a relaunch resumes from the latest checkpoint-N there (BasePipeline.__init__ and ActorWorker.initialize:

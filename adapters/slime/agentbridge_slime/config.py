@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, PositiveInt, StringConstraints
 from agentbridge.adapter import flatten
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
+from agentbridge.spec.sizing import sized_options, sizing_refusals
 
 CONFIG_NAME = "slime_job.yaml"
 SAVE_DIR = "${RUN_DIR}/checkpoints"  # --save: Megatron's torch_dist checkpoints (iter_NNNNNNN)
@@ -73,6 +74,12 @@ ASYNC_WHY = ("slime's asynchronous trainer, train_async.py, is one step off (alg
              "group to start over")
 ONE_STEP_GPUS_WHY = ("slime's train_async.py does not colocate (it asserts not args.colocate): the actor and SGLang "
                      "need GPUs of their own, 2 or more")
+# resources' sizing fields -> the option each is the default of (agentbridge.spec.sizing); gradient_checkpointing is
+# Megatron's full recompute of every layer (RECOMPUTE, as slime's scripts/run-*.sh); save_total_limit is refused
+SIZING_OPTIONS = {"micro_batch_size": "micro_batch_size", "save_steps": "save_interval"}
+SIZING_WHY_NOT = {"save_total_limit": "slime's --save writes a Megatron checkpoint every --save-interval rollouts "
+                                      "and neither slime nor Megatron-LM has a flag that deletes older ones"}
+RECOMPUTE = {"recompute-granularity": "full", "recompute-method": "uniform", "recompute-num-layers": 1}
 GROUPED = ("grpo", "dr_grpo", "dapo", "gspo")
 # why slime cannot run the others (the capability error says it, naming the backends that can)
 WHY_NOT = {"rloo": "slime's --advantage-estimator has no leave-one-out baseline (grpo, gspo, cispo, "
@@ -116,7 +123,9 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    return {**DEFAULT_OPTIONS, **(spec.backend.options if applies(spec) else {})}
+    """slime's options: the defaults, the spec's sizing fields, then ``backend.options`` when it is the spec's
+    backend."""
+    return {**DEFAULT_OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
 
 
 def gpus_per_node(spec: Spec) -> int:
@@ -202,6 +211,8 @@ def settings(spec: Spec) -> dict[str, Any]:
         "attention-softmax-in-fp32": True,
         "entropy-coef": 0.0,
     }
+    if spec.resources.gradient_checkpointing:
+        flags.update(RECOMPUTE)
     flags.update(ALGORITHMS.get(algo.name, {}))
     if algo.name == "dapo":
         flags["over-sampling-batch-size"] = algo.batch_size
@@ -242,8 +253,8 @@ def placement_flags(spec: Spec) -> dict[str, Any]:
 
 def recipe_refusals(spec: Spec) -> dict[str, str]:
     """The KL and rollout settings of the spec slime cannot honour (they depend on the algorithm and the job's
-    GPUs): the field's path -> why."""
-    algo, out = spec.algorithm, {}
+    GPUs), and its sizing fields slime has no flag for (``SIZING_WHY_NOT``): the field's path -> why."""
+    algo, out = spec.algorithm, sizing_refusals(spec, SIZING_WHY_NOT)
     if algo.kl_coef > 0 and (algo.kl_estimator is not None or algo.kl_in is not None):
         if kl_setting(algo)[1] == "reward" and algo.name not in KL_IN_REWARD:
             out["algorithm.kl_in"] = KL_REWARD_WHY

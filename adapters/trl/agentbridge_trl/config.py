@@ -9,6 +9,7 @@ from typing import Any
 from agentbridge.adapter.rollout import reward_components as core_reward_components
 from agentbridge.spec.recipe import clip_range, dual_clip
 from agentbridge.spec.schema import Spec
+from agentbridge.spec.sizing import sized_options
 
 # How each agentbridge algorithm runs on GRPOTrainer with a custom multi-turn rollout.
 ALGORITHMS: dict[str, dict[str, Any]] = {
@@ -36,6 +37,10 @@ OPTIONS: dict[str, Any] = {"use_vllm": False, "vllm_mode": "colocate", "vllm_ser
 # (TRL's GRPO recipes launch with examples/accelerate_configs/deepspeed_zero3.yaml; generation gathers the weights,
 # ds3_gather_for_generation); None: plain DDP, every GPU holds the whole model and its optimizer state.
 ZERO_STAGES = (1, 2, 3)
+# resources' sizing fields -> the option each is the default of (agentbridge.spec.sizing): per_device_train_batch_size,
+# activation_checkpointing, save_steps and save_total_limit of GRPOConfig
+SIZING_OPTIONS = {name: name for name in ("micro_batch_size", "gradient_checkpointing", "save_steps",
+                                          "save_total_limit")}
 # algorithm.loss_agg -> GRPOConfig.loss_type (grpo_trainer.py compute_loss): dapo is the token mean over the whole
 # generation batch, luspo each sequence's token sum, dr_grpo the token sum over max_completion_length per sequence
 LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_sum": "luspo", "seq_mean_token_mean": "grpo",
@@ -98,8 +103,9 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    """TRL's options: the defaults, then ``backend.options`` when the spec's backend is TRL."""
-    return {**OPTIONS, **(spec.backend.options if applies(spec) else {})}
+    """TRL's options: the defaults, the spec's sizing fields, then ``backend.options`` when the spec's backend is
+    TRL."""
+    return {**OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
 
 
 def reward_key(component: str) -> str:

@@ -14,6 +14,7 @@ from agentbridge.adapter.models import RewardModelArgs, backend_served
 from agentbridge.adapter.scripts import worker_env
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
 from agentbridge.spec.schema import Spec
+from agentbridge.spec.sizing import sized_options
 from agentbridge_verl.algorithms import (
     ALGORITHMS,
     IS_MASK_FLOOR,
@@ -52,6 +53,9 @@ OPTIONS: dict[str, Any] = {
     "reward_model_gpu_memory_utilization": 0.85,
 }
 ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
+# resources' sizing fields -> the option each is the default of (agentbridge.spec.sizing); gradient_checkpointing and
+# save_total_limit set veRL's keys directly (sizing_settings)
+SIZING_OPTIONS = {"micro_batch_size": "micro_batch_size_per_gpu", "save_steps": "save_freq"}
 
 
 def applies(spec: Spec) -> bool:
@@ -60,8 +64,9 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    """veRL's options: the defaults, then ``backend.options`` when the spec's backend is veRL."""
-    return {**OPTIONS, **(spec.backend.options if applies(spec) else {})}
+    """veRL's options: the defaults, the spec's sizing fields, then ``backend.options`` when the spec's backend is
+    veRL."""
+    return {**OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
 
 
 def agent_workers(spec: Spec) -> int:
@@ -144,7 +149,21 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
             "critic.optim.lr": algo.lr * 10,
             "critic.ppo_micro_batch_size_per_gpu": micro,
         })
+    settings.update(sizing_settings(spec))
     return settings
+
+
+def sizing_settings(spec: Spec) -> dict[str, Any]:
+    """veRL keys of the sizing fields without a veRL option (none for a field left null: veRL's default, activation
+    checkpointing on and every checkpoint kept), for the actor and, with PPO, the critic."""
+    res, roles = spec.resources, ("actor", "critic") if needs_critic(spec.algorithm.name) else ("actor",)
+    out: dict[str, Any] = {}
+    if res.gradient_checkpointing is not None:
+        out.update({("actor_rollout_ref" if role == "actor" else role) + ".model.enable_gradient_checkpointing":
+                    res.gradient_checkpointing for role in roles})
+    if res.save_total_limit is not None:
+        out.update({f"trainer.max_{role}_ckpt_to_keep": res.save_total_limit for role in roles})
+    return out
 
 
 def recipe_settings(spec: Spec) -> dict[str, Any]:
