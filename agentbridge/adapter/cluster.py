@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 
 def ray_cluster_nodes(address: str, connect_timeout_s: float = 5.0) -> list[dict[str, float]]:
     """The resources of each alive node of the Ray cluster at ``address``, connecting as a driver briefly and
@@ -31,3 +34,35 @@ def ray_cluster_nodes(address: str, connect_timeout_s: float = 5.0) -> list[dict
         return [dict(n.get("Resources", {})) for n in ray.nodes() if n.get("Alive")]
     finally:
         ray.shutdown()
+
+
+ADDRESS_ENV = "RAY_ADDRESS"  # where ray.init() connects (a backend's own too); Ray sets it for a Ray job's entrypoint
+
+
+def unreachable(address: str, error: BaseException) -> str:
+    """The line that says the Ray cluster at ``address`` did not answer (Ray's connection errors vary)."""
+    return f"cannot reach the Ray cluster at {ADDRESS_ENV}={address}: {str(error).strip().splitlines()[0]}"
+
+
+def placement_main(argv: list[str] | None, usage: str, needs: tuple[str, ...],
+                   problem: Callable[[Path, list[str], str | None], str | None]) -> int:
+    """A backend's check before ``launch.sh`` starts its trainer, ``python -m <adapter>.cluster JOB [ARGS...]``:
+    exit 2 with ``usage`` without a job; 0 when a module of ``needs`` does not import here (the trainer, started with
+    the same interpreter, reports that itself); else ``problem(job, args, address)`` (``address``: ``$RAY_ADDRESS``,
+    None when unset) says why the job would not fit the cluster, one ``error:`` line and exit 1, or None: exit 0."""
+    import importlib.util
+    import os
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print(f"usage: {usage}", file=sys.stderr)
+        return 2
+    if any(importlib.util.find_spec(module) is None for module in needs):
+        return 0
+    job = Path(argv[0])
+    why = problem(job, argv[1:], os.environ.get(ADDRESS_ENV) or None)
+    if why is not None:
+        print(f"error: {job / 'launch.sh'}: {why}", file=sys.stderr)
+        return 1
+    return 0

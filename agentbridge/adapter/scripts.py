@@ -106,3 +106,39 @@ def runtime_env_json_lines(var: str, env_vars: Mapping[str, str], **fields: obje
     word = "".join(f'"$(json_string "{marks[part]}")"' if part in marks else shlex.quote(part)
                    for part in parts if part)
     return [JSON_STRING_FUNCTION, f"{var}={word}"]
+
+
+def ray_submit_script(python: str, environment: str, lines: Iterable[str], env_vars: Mapping[str, str],
+                      command: str, *more: str, before_submit: Iterable[str] = ()) -> list[str]:
+    """``submit.sh``'s lines for a job submitted to a Ray cluster: :func:`ray_submit_lines` (``python``,
+    ``environment``), the backend's ``lines``, ``$RUNTIME_ENV`` with ``env_vars`` (:func:`runtime_env_json_lines`),
+    ``before_submit``, then ``exec ray job submit`` of the job directory with that runtime env, whose entrypoint runs
+    ``launch.sh`` there with ``ROOT``, ``PYTHON`` and ``RUN_DIR`` set: ``command`` ends that line (more variables,
+    ``bash launch.sh`` and its arguments), ``more`` are the lines after it."""
+    return [*ray_submit_lines(python, environment), *lines, *runtime_env_json_lines("RUNTIME_ENV", env_vars),
+            *before_submit,
+            'exec ray job submit --address "$RAY_ADDRESS" --working-dir "$JOB" \\',
+            '  --runtime-env-json "$RUNTIME_ENV" \\',
+            f'  -- env ROOT=. PYTHON="$PYTHON" RUN_DIR="$RUN_DIR" {command}', *more]
+
+
+def latest_checkpoint_lines(var: str, pattern: str, separator: str) -> list[str]:
+    """Lines that set ``$VAR`` to the directory matching ``pattern`` (a glob ending in ``<separator>N``) with a
+    Hugging Face model (``config.json``) and the highest N, else to nothing."""
+    return [f'{var}=""',
+            f'for d in {pattern}; do [ -f "$d/config.json" ] || continue; '
+            f'if [ -z "${var}" ] || [ "${{d##*{separator}}}" -gt "${{{var}##*{separator}}}" ]; '
+            f'then {var}="$d"; fi; done']
+
+
+def override_words(overrides: Iterable[str]) -> str:
+    """Config overrides (each a shell word in double quotes, so ``$VAR`` in it expands) as one script line's words,
+    continued onto a line each."""
+    return " \\\n  ".join(f'"{o}"' for o in overrides)
+
+
+def trainer_metrics_lines(module: str, label: str) -> list[str]:
+    """``launch.sh``'s lines after the trainer that read the trainer's TensorBoard scalars into the run's
+    ``metrics.jsonl`` (``python -m <module>.run_metrics``, which feeds ``on_metrics`` and the trackers)."""
+    return [f"# the run format every backend writes: {label}'s TensorBoard scalars as metrics.jsonl (on_metrics, "
+            "trackers)", f'"$PYTHON" -m {module}.run_metrics "$RUN_DIR" --job "$ROOT" || true']

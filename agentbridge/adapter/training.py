@@ -2,7 +2,7 @@
 import ...``):
 
 - the phases around the backend's trainer: :func:`launch_lines`; its metrics: :func:`tensorboard_rows`,
-  :func:`feed_metrics`, :func:`trainer_metrics_main`;
+  :func:`feed_metrics`, :func:`trainer_metrics_main`, :func:`tensorboard_metrics`;
 - the experiment (``agentbridge.training``): :class:`Experiment`, :func:`load_evals`, :func:`check_rl_steps`,
   :class:`NoTrainingSteps`, :func:`zero_steps_problem`, :class:`RunConsole`, :func:`quiet_libraries`,
   :class:`RunLogger`, :func:`write_report`;
@@ -15,6 +15,8 @@ Each name is imported from the core on first use.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentbridge.adapter import _lazy
@@ -59,8 +61,25 @@ __all__ = [
     "TRACKERS_PLUGIN", "Experiment", "NoTrainingSteps", "RunConsole", "RunLogger", "Trackers", "check_rl_steps",
     "feed_metrics", "keep_earlier_run", "launch_lines", "load_evals", "manifest", "package_version",
     "quiet_libraries", "tensorboard_rows", "text_hash", "tracker_env_lines", "tracker_environment",
-    "trainer_metrics_main", "write_report", "zero_steps_problem",
+    "tensorboard_metrics", "trainer_metrics_main", "write_report", "zero_steps_problem",
 ]
+
+
+def tensorboard_metrics(source: Path, names: dict[str, str], prefix: str, label: str) -> tuple[
+        Callable[[Path, list[str]], list[dict[str, float]]], Callable[..., int]]:
+    """A trainer's TensorBoard scalars under ``RUN_DIR/<source>`` as the run format's metrics: ``rows(run_dir,
+    problems)``, one row per step (:func:`tensorboard_rows` with ``names``, the others kept under ``prefix/``), and
+    ``main(argv)``, the adapter's ``run_metrics`` command line (:func:`trainer_metrics_main`, ``label`` the
+    backend's name)."""
+    from agentbridge.training.phases import tensorboard_rows, trainer_metrics_main
+
+    def rows(run_dir: Path, problems: list[str]) -> list[dict[str, float]]:
+        return tensorboard_rows(Path(run_dir) / source, problems, names, prefix)
+
+    def main(argv: list[str] | None = None) -> int:
+        return trainer_metrics_main(argv, rows, label)
+
+    return rows, main
 
 
 def __getattr__(name: str) -> Any:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
+import io
 import json
+import logging
 import subprocess
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,10 +40,21 @@ class JobCheck:
     skipped: list[str] = field(default_factory=list)
 
 
-def begin_validation(job_dir: Path, backend: Any, *, pin: str, install: str, spec: Spec | None = None) -> JobCheck:
+def begin_validation(job_dir: Path, backend: Any, *, pin: str, install: str | None = None, spec: Spec | None = None,
+                     skipped: list[str] | None = None) -> JobCheck:
     """Load the job's spec (unless given), run the backend's capability check, check that ``backend.module``
-    imports at version ``pin`` (``install`` says how to get it), and load the model's tokenizer. Each problem is
-    one line."""
+    imports at version ``pin`` (``install`` says how to get it; by default the adapter's ``[backend]`` extra or
+    ``agentbridge backends setup``), and load the model's tokenizer. Each problem is one line; the checks that could
+    not run are also added to ``skipped`` when given."""
+    check = _begin(job_dir, backend, pin=pin, spec=spec, install=install or (
+        f"install agentbridge-{backend.name}[backend] ({backend.module}=={pin}) or run `agentbridge backends setup "
+        f"{backend.name}`"))
+    if skipped is not None:
+        skipped += check.skipped
+    return check
+
+
+def _begin(job_dir: Path, backend: Any, *, pin: str, install: str, spec: Spec | None) -> JobCheck:
     from importlib import metadata
 
     if spec is None:
@@ -68,6 +83,49 @@ def begin_validation(job_dir: Path, backend: Any, *, pin: str, install: str, spe
         problems.append(Problem("model.path", first_line(e).removeprefix("model.path: ")))
         return JobCheck(spec, problems, False)
     return JobCheck(spec, problems, True, model, tokenizer)
+
+
+def local_model_path(path: str) -> str | None:
+    """Where the model ``path`` (a directory, a builtin or a hub id) is on this machine, or None when it is not here
+    (a hub id not downloaded: a validator checks what needs no model files)."""
+    from agentbridge.models import resolve_model_path
+
+    try:
+        return str(resolve_model_path(path))
+    except Exception:  # noqa: BLE001 - not on this machine, whatever the reason
+        return None
+
+
+@contextlib.contextmanager
+def muted() -> Iterator[None]:
+    """A backend's own checks with their chatter muted: warnings ignored, stdout swallowed, and the root logger's
+    level as it was before (a backend may set it when it is imported)."""
+    level = logging.getLogger().level
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            logging.getLogger().setLevel(level)
+
+
+def muted_check(check: Callable[[Path, list[str], Spec | None, dict[str, str]], list[Problem]], job_dir: Path,
+                skipped: list[str] | None, spec: Spec | None, semantics: dict[str, str] | None) -> list[Problem]:
+    """A validator's ``validate_job``: ``check(job_dir, skipped, spec, semantics)`` run :func:`muted`, with a list and
+    a mapping of its own where the caller gives none."""
+    with muted():
+        return check(Path(job_dir), [] if skipped is None else skipped, spec, {} if semantics is None else semantics)
+
+
+def compose_hydra(config_dir: Path | str, config_name: str, overrides: Sequence[str] = ()) -> Any:
+    """The Hydra config ``config_name`` of ``config_dir`` composed with ``overrides`` (unresolved), as a Hydra
+    entry point composes it from its command line; Hydra's global state is cleared first."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        return compose(config_name=config_name, overrides=list(overrides))
 
 
 def agent_check(spec: Spec, tokenizer: Any) -> tuple[Any, list[Problem]]:

@@ -12,16 +12,13 @@ checks nothing: the trainer, started with the same interpreter, reports that its
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from agentbridge.adapter import ray_cluster_nodes
+from agentbridge.adapter.cluster import ADDRESS_ENV, placement_main, unreachable
 from agentbridge_openrlhf.config import describe_demand, gpu_demand
-
-ADDRESS_ENV = "RAY_ADDRESS"  # where ray.init() (OpenRLHF's too) connects; Ray sets it for a Ray job's entrypoint
 
 
 def local_gpus() -> int:
@@ -59,7 +56,7 @@ def placement_problem(args: Any, address: str | None) -> str | None:
     try:
         have = local_gpus() if address is None else cluster_gpus(address)
     except Exception as e:  # noqa: BLE001 - Ray's connection errors vary; one line says which cluster
-        return f"cannot reach the Ray cluster at {ADDRESS_ENV}={address}: {str(e).strip().splitlines()[0]}"
+        return unreachable(str(address), e)
     if wanted > have:
         where = "this machine has" if address is None else f"the Ray cluster at {address} has"
         return (f"the job asks for {describe_demand(demand)} but {where} {have}; OpenRLHF would wait forever for "
@@ -67,26 +64,21 @@ def placement_problem(args: Any, address: str | None) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        print("usage: python -m agentbridge_openrlhf.cluster JOB [EXTRA_ARGS...]", file=sys.stderr)
-        return 2
-    if importlib.util.find_spec("openrlhf") is None or importlib.util.find_spec("ray") is None:
-        return 0
+def job_problem(job: Path, extra: list[str], address: str | None) -> str | None:
+    """Why the job (its ``launch.sh``'s arguments, then ``extra``) would not start: OpenRLHF rejects its command line,
+    or :func:`placement_problem`."""
     from agentbridge_openrlhf.validate import ArgsError, job_argv, parse_args
 
-    job = Path(argv[0])
     try:
-        args = parse_args(job_argv(job, os.environ.get("MODEL")) + argv[1:])
+        args = parse_args(job_argv(job, os.environ.get("MODEL")) + extra)
     except ArgsError as e:
-        print(f"error: {job / 'launch.sh'}: OpenRLHF rejects the command line: {e}", file=sys.stderr)
-        return 1
-    problem = placement_problem(args, os.environ.get(ADDRESS_ENV) or None)
-    if problem is not None:
-        print(f"error: {job / 'launch.sh'}: {problem}", file=sys.stderr)
-        return 1
-    return 0
+        return f"OpenRLHF rejects the command line: {e}"
+    return placement_problem(args, address)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return placement_main(argv, "python -m agentbridge_openrlhf.cluster JOB [EXTRA_ARGS...]", ("openrlhf", "ray"),
+                          job_problem)
 
 
 if __name__ == "__main__":

@@ -341,16 +341,10 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
 
 def _reward_model_path(spec: Spec) -> str | None:
     """The local directory of the reward model the job serves (None: none served, or not on this machine)."""
-    from agentbridge.adapter.models import resolve_model_path
     from agentbridge_openrlhf.reward_server import served
 
-    rm = served(spec)
-    if rm is None:
-        return None
-    try:
-        return str(resolve_model_path(rm.path))
-    except Exception:  # noqa: BLE001 - a hub id not on this machine: the flags are still checked
-        return None
+    rm = served(spec)  # a hub id not on this machine: None, and the flags are still checked
+    return None if rm is None else kit.local_model_path(rm.path)
 
 
 def _vlm_checks(model: str, args: Any) -> list[Problem]:

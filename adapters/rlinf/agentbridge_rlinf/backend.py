@@ -6,7 +6,7 @@ from typing import Any
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import Capabilities
-from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
+from agentbridge.adapter.scripts import override_words, ray_submit_script, trainer_metrics_lines, worker_env
 from agentbridge.spec import Spec
 from agentbridge_rlinf import RLINF_PIN, __version__
 from agentbridge_rlinf.config import (
@@ -99,7 +99,7 @@ class RlinfBackend(kit.Adapter):
         spec, has_eval = draft.spec, draft.has_eval
         from agentbridge.adapter.training import launch_lines
 
-        paths = " \\\n  ".join(f'"{o}"' for o in path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
+        paths = override_words(path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
         # RLinf's log_path (runner.output_dir/<experiment_name>): its checkpoints and TensorBoard scalars
         log_dir = kit.shell_quote(f"@RUN_DIR@/{spec.name}", {"@RUN_DIR@": "RUN_DIR"})
         before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR", checkpoint="$TRAINED")
@@ -118,9 +118,7 @@ class RlinfBackend(kit.Adapter):
             "\\",
             f"  {paths} \\",
             '  runner.output_dir="$RUN_DIR" "$@"',
-            "# the run format every backend writes: RLinf's TensorBoard scalars as metrics.jsonl (on_metrics, "
-            "trackers)",
-            '"$PYTHON" -m agentbridge_rlinf.run_metrics "$RUN_DIR" --job "$ROOT" || true',
+            *trainer_metrics_lines("agentbridge_rlinf", "RLinf"),
             "# the trained model: the latest checkpoint's full weights as a Hugging Face model (actor/huggingface)",
             f'TRAINED="$({{ "$PYTHON" -m agentbridge_rlinf.entry export {log_dir} --model "$MODEL" || true; }} '
             '| tail -n 1)"',
@@ -130,20 +128,14 @@ class RlinfBackend(kit.Adapter):
     def submit_lines(self, draft: kit.Draft) -> list[str]:
         spec = draft.spec
         nodes, gpus = spec.resources.nodes, gpus_per_node(spec)
-        return [
-            *kit.ray_submit_lines(self.python(), f"the RLinf environment (rlinf=={RLINF_PIN}, agentbridge, "
-                                  "agentbridge-rlinf and the spec's plugins): RLinf's workers import agentbridge's "
-                                  "agent loop there"),
+        environment = (f"the RLinf environment (rlinf=={RLINF_PIN}, agentbridge, agentbridge-rlinf and the spec's "
+                       "plugins): RLinf's workers import agentbridge's agent loop there")
+        return ray_submit_script(self.python(), environment, [
             f"NNODES=\"${{NNODES:-{nodes}}}\"",
             f"# {gpus} GPU(s) per node: RLinf places actor and rollout on all of them (cluster.component_placement)",
             "# the Job's runtime env carries the run format (AGENTBRIDGE_RUN_DIR=$RUN_DIR) to every worker, the agent",
             "# loop recording episodes among them: workers on a running cluster inherit nothing from the entrypoint's",
             "# shell. RLinf's own ray.init sets no env_vars (at most py_modules, RLINF_CODE_WORKING_DIR)",
-            *runtime_env_json_lines("RUNTIME_ENV", worker_env()),
-            "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",
-            "  --runtime-env-json \"$RUNTIME_ENV\" \\",
-            "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" bash launch.sh cluster.num_nodes=\"$NNODES\" "
-            "\"$@\"",
-        ]
+        ], worker_env(), 'bash launch.sh cluster.num_nodes="$NNODES" "$@"')
 
 

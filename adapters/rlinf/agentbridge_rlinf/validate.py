@@ -13,11 +13,7 @@ that is the job environment's check, run by the job's entry before it builds any
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +29,9 @@ LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 
 def compose_job(job_dir: Path, model: str) -> Any:
     """The job's config as the entry composes it from ``launch.sh``'s command line (unresolved)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     job_dir = Path(job_dir).resolve()
-    overrides = path_overrides(str(job_dir), model, has_eval=(job_dir / "data" / "eval.jsonl").is_file())
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(job_dir), version_base=None):
-        return compose(config_name=CONFIG_NAME, overrides=overrides)
+    return kit.compose_hydra(job_dir, CONFIG_NAME,
+                             path_overrides(str(job_dir), model, has_eval=(job_dir / "data" / "eval.jsonl").is_file()))
 
 
 def _algorithm(cfg: Any) -> list[Problem]:
@@ -91,25 +82,15 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
                  semantics: dict[str, str] | None = None) -> list[Problem]:
     """Every problem RLinf (or agentbridge's side of the job) finds, one line each; RLinf's chatter muted.
     ``semantics`` receives what the validated config will do (:func:`semantics_of`)."""
-    level = logging.getLogger().level
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        try:
-            return _validate(Path(job_dir), [] if skipped is None else skipped, spec,
-                             {} if semantics is None else semantics)
-        finally:
-            logging.getLogger().setLevel(level)  # rlinf.config sets the root logger to INFO on import
+    return kit.muted_check(_validate, job_dir, skipped, spec, semantics)  # rlinf.config sets the root logger's level
 
 
 def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: dict[str, str]) -> list[Problem]:
     from agentbridge_rlinf.backend import RlinfBackend
 
     job_dir = Path(job_dir).resolve()
-    start = kit.begin_validation(job_dir, RlinfBackend(), pin=RLINF_PIN, spec=spec,
-                                 install=f"install agentbridge-rlinf[backend] (rlinf=={RLINF_PIN}) or run "
-                                         "`agentbridge backends setup rlinf`")
+    start = kit.begin_validation(job_dir, RlinfBackend(), pin=RLINF_PIN, spec=spec, skipped=skipped)
     problems, spec, model = start.problems, start.spec, start.model
-    skipped += start.skipped
     if not start.ready or spec is None:
         return problems
     try:

@@ -9,7 +9,13 @@ from typing import Any
 from agentbridge import Task
 from agentbridge import adapter as kit
 from agentbridge.adapter import Capabilities
-from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
+from agentbridge.adapter.scripts import (
+    latest_checkpoint_lines,
+    override_words,
+    ray_submit_script,
+    trainer_metrics_lines,
+    worker_env,
+)
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import kl_setting
 from agentbridge_roll import ROLL_COMMIT, ROLL_REPO, ROLL_SOURCE, __version__, keep_roll_logs_out_of_cwd
@@ -138,7 +144,7 @@ class RollBackend(kit.Adapter):
         spec, has_eval = draft.spec, draft.has_eval
         from agentbridge.adapter.training import launch_lines
 
-        paths = " \\\n  ".join(f'"{o}"' for o in path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
+        paths = override_words(path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
         before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR", checkpoint="$TRAINED")
         return [
             "# Run ROLL's agentic pipeline with agentbridge's env manager on this machine (it needs GPUs).",
@@ -160,32 +166,24 @@ class RollBackend(kit.Adapter):
             f"\"$PYTHON\" \"$ROOT/{ENTRY_FILE}\" --config-path \"$ROOT\" --config-name {CONFIG_NAME} \\",
             f"  {paths} \\",
             '  output_dir="$RUN_DIR" "$@"',
-            "# the run format every backend writes: ROLL's TensorBoard scalars as metrics.jsonl (on_metrics, trackers)",
-            '"$PYTHON" -m agentbridge_roll.run_metrics "$RUN_DIR" --job "$ROOT" || true',
+            *trainer_metrics_lines("agentbridge_roll", "ROLL"),
             "# the trained model: the latest checkpoint-N, the actor's Hugging Face model at its top (save_hf_model)",
-            'TRAINED=""',
-            'for d in "$RUN_DIR"/checkpoints/checkpoint-*; do [ -f "$d/config.json" ] || continue; '
-            'if [ -z "$TRAINED" ] || [ "${d##*-}" -gt "${TRAINED##*-}" ]; then TRAINED="$d"; fi; done',
+            *latest_checkpoint_lines("TRAINED", '"$RUN_DIR"/checkpoints/checkpoint-*', "-"),
             *after,
         ]
 
     def submit_lines(self, draft: kit.Draft) -> list[str]:
         spec = draft.spec
         nodes, gpus = spec.resources.nodes, gpus_per_node(spec)
-        return [
-            *kit.ray_submit_lines(self.python(), f"the ROLL environment (a ROLL checkout at {ROLL_SOURCE} with its "
-                                  "requirements, agentbridge, agentbridge-roll and the spec's plugins), and ROLL_HOME "
-                                  "the ROLL checkout there: ROLL's env workers import agentbridge's env manager"),
+        environment = (f"the ROLL environment (a ROLL checkout at {ROLL_SOURCE} with its requirements, agentbridge, "
+                       "agentbridge-roll and the spec's plugins), and ROLL_HOME the ROLL checkout there: ROLL's env "
+                       "workers import agentbridge's env manager")
+        return ray_submit_script(self.python(), environment, [
             f"# {nodes} node(s) x {gpus} GPU(s): device_mapping spans all of them (num_gpus_per_node={gpus})",
             "# the Job's runtime env carries the run format (AGENTBRIDGE_RUN_DIR=$RUN_DIR) to every worker, the env",
             "# managers recording episodes among them: workers on a running cluster inherit nothing from the",
             "# entrypoint's shell. No key of ROLL's own ray.init (the platform's env vars: RAY_*, VLLM_*, NCCL_*, ...)",
             "# is among them (Ray refuses a Job that sets one)",
-            *runtime_env_json_lines("RUNTIME_ENV", worker_env()),
-            "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",
-            "  --runtime-env-json \"$RUNTIME_ENV\" \\",
-            "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" ROLL_HOME=\"${ROLL_HOME:-}\" bash launch.sh "
-            "\"$@\"",
-        ]
+        ], worker_env(), 'ROLL_HOME="${ROLL_HOME:-}" bash launch.sh "$@"')
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentbridge.adapter.training import tensorboard_rows, trainer_metrics_main
+from agentbridge.adapter.training import tensorboard_metrics
 
 SOURCE = Path("tensorboard") / "roll"
 NORMALIZED = {  # ROLL's tag -> agentbridge's name
@@ -40,13 +40,9 @@ NORMALIZED = {  # ROLL's tag -> agentbridge's name
 }
 
 
-def rows(run_dir: Path, problems: list[str]) -> list[dict[str, float]]:
-    """One row per step ROLL's tracker logged under ``run_dir/tensorboard/roll``."""
-    return tensorboard_rows(Path(run_dir) / SOURCE, problems, NORMALIZED, "roll")
-
-
-def main(argv: list[str] | None = None) -> int:
-    return trainer_metrics_main(argv, rows, "ROLL")
+# rows(run_dir, problems): one row per step ROLL's tracker logged under ``run_dir/tensorboard/roll``; main: the
+# command line
+rows, main = tensorboard_metrics(SOURCE, NORMALIZED, "roll", "ROLL")
 
 
 if __name__ == "__main__":

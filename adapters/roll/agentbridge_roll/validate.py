@@ -15,10 +15,8 @@ Not run here: ROLL's ``AgenticPipeline`` itself (it places workers on GPUs): tha
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +33,9 @@ INSTALL = ("put a ROLL checkout on PYTHONPATH in an environment with ROLL's requ
 
 def compose_job(job_dir: Path, model: str, extra: list[str] | None = None) -> Any:
     """The job's config as the entry composes it from ``launch.sh``'s command line (plus ``extra`` overrides)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     job_dir = Path(job_dir).resolve()
     overrides = path_overrides(str(job_dir), model, has_eval=(job_dir / "data" / "eval.jsonl").is_file())
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(job_dir), version_base=None):
-        return compose(config_name=CONFIG_NAME, overrides=[*overrides, *(extra or [])])
+    return kit.compose_hydra(job_dir, CONFIG_NAME, [*overrides, *(extra or [])])
 
 
 def build_config(cfg: Any) -> Any:
@@ -63,15 +56,13 @@ def build_config(cfg: Any) -> Any:
 @contextlib.contextmanager
 def _quiet() -> Any:
     roll = logging.getLogger("roll")
-    level, root = roll.level, logging.getLogger().level
+    level = roll.level
     roll.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
+        with kit.muted():
             yield
     finally:
         roll.setLevel(level)
-        logging.getLogger().setLevel(root)
 
 
 def _classes(config: Any) -> list[Problem]:

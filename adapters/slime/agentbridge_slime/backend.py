@@ -8,7 +8,12 @@ import yaml
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import Capabilities, Job, Problem, Report, backend_python
-from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
+from agentbridge.adapter.scripts import (
+    latest_checkpoint_lines,
+    ray_submit_script,
+    trainer_metrics_lines,
+    worker_env,
+)
 from agentbridge.spec import Spec
 from agentbridge_slime import SLIME_COMMIT, SLIME_PIN, SLIME_REPO, __version__
 from agentbridge_slime.config import (
@@ -164,35 +169,26 @@ class SlimeBackend(kit.Adapter):
             '  --run-dir "$RUN_DIR" --load "${LOAD:-}" --ref-load "${REF_LOAD:-}")',
             '[ "${#ARGS[@]}" -gt 0 ] || { echo "launch.sh: agentbridge_slime.args gave no arguments" >&2; exit 1; }',
             f'"$PYTHON" "$SLIME_DIR/{entry(spec)}" "${{MODEL_ARGS[@]}}" "${{ARGS[@]}}" "$@"',
-            "# the run format every backend writes: slime's TensorBoard scalars as metrics.jsonl (on_metrics, "
-            "trackers)",
-            '"$PYTHON" -m agentbridge_slime.run_metrics "$RUN_DIR" --job "$ROOT" || true',
+            *trainer_metrics_lines("agentbridge_slime", "slime"),
             "# the trained model: the latest --save-hf model ($RUN_DIR/hf/rollout_N, N the last rollout saved)",
-            'TRAINED=""',
-            'for d in "$RUN_DIR"/hf/rollout_*; do [ -f "$d/config.json" ] || continue; '
-            'if [ -z "$TRAINED" ] || [ "${d##*_}" -gt "${TRAINED##*_}" ]; then TRAINED="$d"; fi; done',
+            *latest_checkpoint_lines("TRAINED", '"$RUN_DIR"/hf/rollout_*', "_"),
             *after,
         ]
 
     def submit_lines(self, draft: kit.Draft) -> list[str]:
         spec = draft.spec
         nodes, gpus = spec.resources.nodes, gpus_per_node(spec)
-        return [
-            *kit.ray_submit_lines(self.python(), f"the slime environment (agentbridge, agentbridge-slime, the spec's "
-                                  f"plugins; {SLIME_REPO} at SLIME_DIR and Megatron-LM at MEGATRON_DIR): slime's "
-                                  "rollout manager imports agentbridge's generate function there"),
+        environment = (f"the slime environment (agentbridge, agentbridge-slime, the spec's plugins; {SLIME_REPO} at "
+                       "SLIME_DIR and Megatron-LM at MEGATRON_DIR): slime's rollout manager imports agentbridge's "
+                       "generate function there")
+        return ray_submit_script(self.python(), environment, [
             f"SLIME_DIR=\"${{SLIME_DIR:?set SLIME_DIR to the checkout of {SLIME_REPO} on the nodes}}\"",
             f"# {nodes} node(s) x {gpus} GPU(s): --actor-num-nodes / --actor-num-gpus-per-node in slime_job.yaml",
             "# the Job's runtime env carries the run format to every worker (slime's TensorBoard writers, the generate",
             "# function's episodes): workers on a running cluster inherit nothing from the entrypoint's shell. slime",
             "# calls no ray.init of its own, so no key here collides with one",
-            *runtime_env_json_lines("RUNTIME_ENV", {
-                "PYTHONPATH": "$SLIME_DIR${MEGATRON_DIR:+:$MEGATRON_DIR}", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-                "TENSORBOARD_DIR": "$RUN_DIR/tensorboard/slime", **worker_env()}),
-            "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",
-            "  --runtime-env-json \"$RUNTIME_ENV\" \\",
-            "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" SLIME_DIR=\"$SLIME_DIR\" "
-            "MEGATRON_DIR=\"${MEGATRON_DIR:-}\" bash launch.sh \"$@\"",
-        ]
+        ], {"PYTHONPATH": "$SLIME_DIR${MEGATRON_DIR:+:$MEGATRON_DIR}", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+            "TENSORBOARD_DIR": "$RUN_DIR/tensorboard/slime", **worker_env()},
+            'SLIME_DIR="$SLIME_DIR" MEGATRON_DIR="${MEGATRON_DIR:-}" bash launch.sh "$@"')
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentbridge.adapter.training import tensorboard_rows, trainer_metrics_main
+from agentbridge.adapter.training import tensorboard_metrics
 
 SOURCE = Path("tensorboard") / "slime"
 NORMALIZED = {  # slime's tag -> agentbridge's name
@@ -46,13 +46,8 @@ NORMALIZED = {  # slime's tag -> agentbridge's name
 }
 
 
-def rows(run_dir: Path, problems: list[str]) -> list[dict[str, float]]:
-    """One row per rollout slime logged under ``run_dir/tensorboard/slime``."""
-    return tensorboard_rows(Path(run_dir) / SOURCE, problems, NORMALIZED, "slime")
-
-
-def main(argv: list[str] | None = None) -> int:
-    return trainer_metrics_main(argv, rows, "slime")
+# rows(run_dir, problems): one row per rollout slime logged under ``run_dir/tensorboard/slime``; main: the command line
+rows, main = tensorboard_metrics(SOURCE, NORMALIZED, "slime", "slime")
 
 
 if __name__ == "__main__":

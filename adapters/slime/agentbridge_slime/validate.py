@@ -16,11 +16,7 @@ The job's ``train.py`` arguments (``agentbridge_slime.args``, as ``launch.sh`` b
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import logging
 import sys
-import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -196,14 +192,7 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
                  semantics: dict[str, str] | None = None) -> list[Problem]:
     """Every problem slime (or agentbridge's side of the job) finds, one line each; slime's chatter muted.
     ``semantics`` receives what the parsed arguments will do (:func:`semantics_of`)."""
-    level = logging.getLogger().level
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        try:
-            return _validate(Path(job_dir), [] if skipped is None else skipped, spec,
-                             {} if semantics is None else semantics)
-        finally:
-            logging.getLogger().setLevel(level)
+    return kit.muted_check(_validate, job_dir, skipped, spec, semantics)
 
 
 def _begin(job_dir: Path, spec: Spec | None) -> tuple[Spec | None, list[Problem], str, Any]:

@@ -8,7 +8,7 @@ import yaml
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import Capabilities, Problem
-from agentbridge.adapter.scripts import runtime_env_json_lines
+from agentbridge.adapter.scripts import override_words, ray_submit_script
 from agentbridge.adapter.training import launch_lines, tracker_env_lines, tracker_environment
 from agentbridge.spec import Spec
 from agentbridge_verl import VERL_PIN, __version__
@@ -137,8 +137,7 @@ class VerlBackend(kit.Adapter):
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
         spec, has_eval = draft.spec, draft.has_eval
-        paths = " \\\n  ".join(f'"{o}"' for o in path_overrides(spec, "$ROOT", "$MODEL", has_eval=has_eval,
-                                                                  reward_model="$RM_MODEL"))
+        paths = override_words(path_overrides(spec, "$ROOT", "$MODEL", has_eval=has_eval, reward_model="$RM_MODEL"))
         step = '$(cat "$RUN_DIR/checkpoints/latest_checkpointed_iteration.txt" 2>/dev/null || echo none)'
         before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR",
                                      checkpoint=f"$RUN_DIR/checkpoints/global_step_{step}/actor/huggingface")
@@ -176,25 +175,21 @@ class VerlBackend(kit.Adapter):
     def submit_lines(self, draft: kit.Draft) -> list[str]:
         spec = draft.spec
         nodes, gpus = spec.resources.nodes, n_gpus_per_node(spec)
-        return [
-            *kit.ray_submit_lines(self.python(), (
-                f"the veRL environment (verl=={VERL_PIN}, agentbridge, agentbridge-verl and the spec's plugins): Ray "
-                "runs all workers with it, so agentbridge imports everywhere. It is main_ppo's "
-                "ray_kwargs.ray_init.runtime_env.py_executable, not the Job's: Ray refuses a Job runtime env that "
-                "shares a key with the one main_ppo passes to ray.init (py_executable is always among them)")),
-            f"NNODES=\"${{NNODES:-{nodes}}}\"",
-            f"GPUS_PER_NODE=\"${{GPUS_PER_NODE:-{gpus}}}\"",
-            *runtime_env_json_lines("RUNTIME_ENV", {"AGENTBRIDGE_JOB": '$(basename "$JOB")'}),
-            "# the job's entrypoint runs launch.sh on the node Ray picks: agentbridge's phases (AGENTBRIDGE_PHASES)",
-            "# around the trainer, whose ray.init hands the run format's variables (AGENTBRIDGE_RUN_DIR=$RUN_DIR, ...)",
-            "# to every worker",
-            "exec ray job submit --address \"$RAY_ADDRESS\" --working-dir \"$JOB\" \\",
-            "  --runtime-env-json \"$RUNTIME_ENV\" \\",
-            "  -- env ROOT=. PYTHON=\"$PYTHON\" RUN_DIR=\"$RUN_DIR\" \\",
+        environment = (f"the veRL environment (verl=={VERL_PIN}, agentbridge, agentbridge-verl and the spec's "
+                       "plugins): Ray runs all workers with it, so agentbridge imports everywhere. It is main_ppo's "
+                       "ray_kwargs.ray_init.runtime_env.py_executable, not the Job's: Ray refuses a Job runtime env "
+                       "that shares a key with the one main_ppo passes to ray.init (py_executable is always among "
+                       "them)")
+        before = ["# the job's entrypoint runs launch.sh on the node Ray picks: agentbridge's phases "
+                  "(AGENTBRIDGE_PHASES)", "# around the trainer, whose ray.init hands the run format's variables "
+                  "(AGENTBRIDGE_RUN_DIR=$RUN_DIR, ...)", "# to every worker"]
+        return ray_submit_script(
+            self.python(), environment, [f"NNODES=\"${{NNODES:-{nodes}}}\"",
+                                         f"GPUS_PER_NODE=\"${{GPUS_PER_NODE:-{gpus}}}\""],
+            {"AGENTBRIDGE_JOB": '$(basename "$JOB")'}, "\\",
             "  AGENTBRIDGE_PHASES=\"${AGENTBRIDGE_PHASES:-on}\" bash launch.sh \\",
             "  trainer.nnodes=\"$NNODES\" trainer.n_gpus_per_node=\"$GPUS_PER_NODE\" \\",
-            "  \"ray_kwargs.ray_init.runtime_env.py_executable=$PYTHON\" \"$@\"",
-        ]
+            "  \"ray_kwargs.ray_init.runtime_env.py_executable=$PYTHON\" \"$@\"", before_submit=before)
 
 
 REWARD_MODEL_OPTIONS = {"reward_model_nodes": int, "reward_model_gpus_per_node": int,

@@ -14,17 +14,13 @@ once when this machine has too few GPUs). Without Ray in this interpreter it che
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from pathlib import Path
 
 import yaml
 
 from agentbridge.adapter import ray_cluster_nodes
+from agentbridge.adapter.cluster import ADDRESS_ENV, placement_main, unreachable
 from agentbridge_verl.config import CONFIG_NAME
-
-ADDRESS_ENV = "RAY_ADDRESS"
 
 
 def job_shape(job: Path, overrides: list[str]) -> tuple[int, int]:
@@ -54,7 +50,7 @@ def placement_problem(nnodes: int, gpus_per_node: int, address: str | None) -> s
     try:
         gpus = node_gpus(address)
     except Exception as e:  # noqa: BLE001 - Ray's connection errors vary; one line says which cluster
-        return f"cannot reach the Ray cluster at {ADDRESS_ENV}={address}: {str(e).strip().splitlines()[0]}"
+        return unreachable(address, e)
     fitting = sum(g >= gpus_per_node for g in gpus)
     if fitting < nnodes:
         return (f"the job asks for {nnodes} node(s) with {gpus_per_node} GPUs each (veRL places one group per node "
@@ -64,19 +60,8 @@ def placement_problem(nnodes: int, gpus_per_node: int, address: str | None) -> s
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        print("usage: python -m agentbridge_verl.cluster JOB [OVERRIDES...]", file=sys.stderr)
-        return 2
-    if importlib.util.find_spec("ray") is None:
-        return 0
-    job = Path(argv[0])
-    nnodes, gpus = job_shape(job, argv[1:])
-    problem = placement_problem(nnodes, gpus, os.environ.get(ADDRESS_ENV) or None)
-    if problem is not None:
-        print(f"error: {job / 'launch.sh'}: {problem}", file=sys.stderr)
-        return 1
-    return 0
+    return placement_main(argv, "python -m agentbridge_verl.cluster JOB [OVERRIDES...]", ("ray",),
+                          lambda job, overrides, address: placement_problem(*job_shape(job, overrides), address))
 
 
 if __name__ == "__main__":

@@ -10,14 +10,11 @@ Run as ``python -m agentbridge_verl.validate JOB_DIR [--json]`` in the veRL envi
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
-import io
 import math
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -295,16 +292,10 @@ def _attention(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
 
 
 def reward_model_path(spec: Spec) -> str | None:
-    """Where the served reward model is on this machine (``launch.sh``'s ``RM_MODEL``), else its ``path``."""
-    from agentbridge.adapter.models import resolve_model_path
-
+    """Where the served reward model is on this machine (``launch.sh``'s ``RM_MODEL``), else its ``path`` (veRL is
+    given the path as written)."""
     served = served_reward_model(spec)
-    if served is None:
-        return None
-    try:
-        return str(resolve_model_path(served.path))
-    except Exception:  # noqa: BLE001 - not on this machine: veRL is given the path as written
-        return served.path
+    return None if served is None else kit.local_model_path(served.path) or served.path
 
 
 def _reward_model(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
@@ -382,15 +373,10 @@ def _reward_model(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
 def compose_job(job_dir: Path, spec: Any, model: str, extra: Sequence[str] = ()) -> Any:
     """The job's trainer config as ``main_ppo`` composes it from ``launch.sh``'s command line (unresolved), then
     ``extra`` overrides."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     job_dir = Path(job_dir).resolve()
     overrides = path_overrides(spec, str(job_dir), model, has_eval=(job_dir / "data" / "eval.parquet").is_file(),
                                reward_model=reward_model_path(spec)) + list(extra)
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(job_dir), version_base=None):
-        return compose(config_name=CONFIG_NAME, overrides=overrides)
+    return kit.compose_hydra(job_dir, CONFIG_NAME, overrides)
 
 
 def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
@@ -400,10 +386,7 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
     A check this environment cannot run fully appends one line saying so to ``skipped``; ``semantics`` receives
     what the composed config will do (:func:`semantics_of`).
     """
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        return _validate(Path(job_dir), [] if skipped is None else skipped, spec,
-                         {} if semantics is None else semantics)
+    return kit.muted_check(_validate, job_dir, skipped, spec, semantics)
 
 
 KL_ESTIMATORS = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
@@ -555,22 +538,15 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
     from agentbridge_verl.backend import VerlBackend
 
     job_dir = Path(job_dir).resolve()
-    start = kit.begin_validation(job_dir, VerlBackend(), pin=VERL_PIN, spec=spec,
-                                 install=f"install agentbridge-verl[backend] (verl=={VERL_PIN}) or run "
-                                         "`agentbridge backends setup verl`")
+    start = kit.begin_validation(job_dir, VerlBackend(), pin=VERL_PIN, spec=spec, skipped=skipped)
     problems, spec, model = start.problems, start.spec, start.model
-    skipped += start.skipped
     if not start.ready or spec is None:
         return problems
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     raw = yaml.safe_load((job_dir / f"{CONFIG_NAME}.yaml").read_text())
     job_keys = kit.flatten({k: v for k, v in raw.items() if k not in ("hydra", "defaults")})
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=_config_dir(), version_base=None):
-        base = compose(config_name="ppo_trainer")
+    base = kit.compose_hydra(_config_dir(), "ppo_trainer")
     unknown = unknown_keys(job_keys, base)
     if unknown:  # the typed configs would only repeat these, less clearly
         return problems + unknown
