@@ -17,8 +17,9 @@ from agentbridge.spec.sizing import SIZING_FIELDS, option_conflicts, sized_optio
 TWINS = {"micro_batch_size": "micro_batch_size_per_gpu", "save_steps": "save_freq"}
 
 
-def _spec(backend: dict[str, Any] | None = None, **resources: Any) -> Spec:
+def _spec(backend: dict[str, Any] | None = None, algorithm: str = "dapo", **resources: Any) -> Spec:
     raw = yaml.safe_load(Path("examples/calculator.yaml").read_text())
+    raw["algorithm"]["name"] = algorithm
     raw["resources"] = {"nodes": 1, "gpus_per_node": 2, **resources}
     raw["backend"] = backend or {"name": "trl"}
     return parse_spec(raw)
@@ -89,3 +90,52 @@ def test_every_sizing_field_is_described_in_the_schema() -> None:
     properties = Spec.model_json_schema()["$defs"]["ResourcesSpec"]["properties"]
     assert all(properties[name].get("description", "").endswith("(null: the backend's default)")
                for name in SIZING_FIELDS)
+
+
+BACKENDS = ("trl", "verl", "openrlhf", "rlinf", "slime", "roll")
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_an_option_that_disagrees_with_its_field_is_refused_in_one_line_naming_both(name: str) -> None:
+    from agentbridge.plugins import get_plugins
+
+    if name not in get_plugins().backends.ids():
+        pytest.skip(f"agentbridge-{name} is not installed here")
+    backend = get_plugins().backends.get(name)
+    option = backend.sizing_options["micro_batch_size"]
+    spec = _spec({"name": name, "options": {option: 2}}, micro_batch_size=4)
+    lines = [str(p) for p in backend.check(spec) if p.where == f"backend.options.{option}"]
+    assert lines == [f"backend.options.{option}: resources.micro_batch_size (4) sets it too, to another value: "
+                     "remove the option or make the two agree"]
+    agreeing = _spec({"name": name, "options": {option: 4}}, micro_batch_size=4)
+    assert not [p for p in backend.check(agreeing) if str(p.where).startswith(("backend.options", "resources"))]
+
+
+def _sized_mini(mini_backend: Any) -> Any:
+    """The core's fake backend with a sizing twin (``micro_batch_size``) and a sizing field it cannot honour."""
+
+    class SizedMini(type(mini_backend)):  # type: ignore[misc]
+        known_options = {**type(mini_backend).known_options, "micro_batch_size": 1}
+        sizing_options = {"micro_batch_size": "micro_batch_size"}
+        sizing_why_not = {"save_total_limit": "it keeps every batch"}
+
+    return SizedMini()
+
+
+def test_the_adapter_base_refuses_conflicts_and_unhonoured_fields(mini_backend: Any) -> None:
+    backend = _sized_mini(mini_backend)
+    conflict = _spec({"name": "mini", "options": {"micro_batch_size": 2}}, "grpo", micro_batch_size=4)
+    assert [p.where for p in backend.check(conflict)] == ["backend.options.micro_batch_size"]
+    assert backend.check(_spec({"name": "mini", "options": {"micro_batch_size": 4}}, "grpo", micro_batch_size=4)) == []
+    unhonoured = _spec({"name": "mini"}, "grpo", save_total_limit=2)
+    assert backend.recipe_refusals(unhonoured) == {"resources.save_total_limit": "it keeps every batch"}
+    (line,) = [str(p) for p in backend.check(unhonoured)]
+    assert line.startswith("resources.save_total_limit: mini cannot run grpo with save_total_limit 2 (it keeps every "
+                           "batch); backends that can: "), line
+
+
+def test_the_manifest_records_the_fields_only_when_set(mini_backend: Any, tmp_path: Path) -> None:
+    backend = _sized_mini(mini_backend)
+    sized = backend.compile(_spec({"name": "mini"}, "grpo", micro_batch_size=4, save_steps=5), tmp_path / "sized")
+    assert sized.manifest["sizing"] == {"micro_batch_size": 4, "save_steps": 5}
+    assert "sizing" not in backend.compile(_spec({"name": "mini"}, "grpo"), tmp_path / "plain").manifest

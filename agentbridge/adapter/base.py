@@ -5,7 +5,8 @@ options, capabilities) and implements the parts only it knows: its job's config 
 files and its scripts' lines. The base runs the sequences:
 
 - ``check``: algorithm, unknown options, ``backend.overrides`` of the keys the adapter writes from the spec, recipe
-  fields it cannot honour, groups, images, then :meth:`Adapter.spec_problems`;
+  and sizing fields it cannot honour, options that disagree with their sizing field, groups, images, then
+  :meth:`Adapter.spec_problems`;
 - ``compile``: a :class:`Draft` of tasks → :meth:`Adapter.write_data` → ``spec.yaml`` → :meth:`Adapter.job_config` → the
   ``modify_backend_config`` hook → :meth:`Adapter.write_config` → :meth:`Adapter.write_files` → notes →
   ``launch.sh`` / ``submit.sh`` → the manifest;
@@ -34,6 +35,7 @@ from agentbridge.env import Task
 from agentbridge.runs import write_jsonl
 from agentbridge.spec import Spec, dump_spec
 from agentbridge.spec.recipe import RECIPE_FIELDS, recipe_key
+from agentbridge.spec.sizing import option_conflicts, sizing, sizing_refusals
 
 
 @dataclass
@@ -78,6 +80,8 @@ class Adapter:
     recipe_why_not: ClassVar[Mapping[str, Mapping[Any, str]]] = {}  # field -> recipe_key ("*": any) -> why not
     lora_why_not: ClassVar[str | None] = "its adapter maps no LoRA"  # why it cannot train ``model.lora`` (None: can)
     epochs_why_not: ClassVar[str | None] = None  # why it cannot run ``algorithm.epochs`` above 1 (None: it can)
+    sizing_options: ClassVar[Mapping[str, str]] = {}  # resources sizing field -> its ``backend.options`` twin
+    sizing_why_not: ClassVar[Mapping[str, str]] = {}  # resources sizing field it has no setting for -> why
     validator: ClassVar[str | None] = None  # module with ``validate_job``
     conformance_module: ClassVar[str | None] = None  # module with ``golden_records``
     rollout_not_held: ClassVar[Mapping[str, str]] = {}  # rollout fields its records do not hold -> why
@@ -114,6 +118,7 @@ class Adapter:
             refusals["model.lora"] = self.lora_why_not
         if (spec.algorithm.epochs or 1) > 1 and self.epochs_why_not:
             refusals["algorithm.epochs"] = self.epochs_why_not
+        refusals.update(sizing_refusals(spec, self.sizing_why_not))
         return refusals
 
     def task_row(self, task: Task, spec: Spec) -> dict[str, Any]:
@@ -169,6 +174,7 @@ class Adapter:
                 *(checks.option_problems(self, spec, self.options_model) if self.options_model else []),
                 *checks.owned_override_problems(self, spec, self.owned_overrides),
                 *checks.recipe_problems(self, spec),
+                *[Problem(where, why) for where, why in option_conflicts(spec, self.name, self.sizing_options).items()],
                 *checks.group_problem(spec, self.grouped),
                 *checks.multimodal_problem(self, spec),
                 *self.spec_problems(spec)]
@@ -200,10 +206,11 @@ class Adapter:
         if submit:
             write_script(out / "submit.sh", submit, notes if self.notes_in_submit else ())
         algorithm = spec.algorithm.model_dump()  # recipe fields left null are not in it
+        sized = sizing(spec)  # recorded only when set: a job without them keeps the manifest it had
         return new_job(self, spec, out, version=self.version, pin=self.pin,
                        tasks={"train": len(draft.train), "eval": len(draft.evals)}, notes=notes,
                        recipe={key: algorithm[key] for key in RECIPE_FIELDS if key in algorithm},
-                       **self.manifest_extra(draft))
+                       **({"sizing": sized} if sized else {}), **self.manifest_extra(draft))
 
     def validate(self, job: Job) -> Report:
         """The backend's own checks on the job, here or in the backend's environment; one line per problem."""

@@ -1,8 +1,8 @@
 """A training run, as a backend's entry point and its metrics readers use it (``from agentbridge.adapter.training
 import ...``):
 
-- the phases around the backend's trainer: :func:`launch_lines`; its metrics: :func:`tensorboard_rows`,
-  :func:`feed_metrics`, :func:`trainer_metrics_main`, :func:`tensorboard_metrics`;
+- the phases around the backend's trainer: :func:`launch_lines`, :func:`trainer_launch_lines`; its metrics:
+  :func:`tensorboard_rows`, :func:`feed_metrics`, :func:`trainer_metrics_main`, :func:`tensorboard_metrics`;
 - the experiment (``agentbridge.training``): :class:`Experiment`, :func:`load_evals`, :func:`check_rl_steps`,
   :class:`NoTrainingSteps`, :func:`zero_steps_problem`, :class:`RunConsole`, :func:`quiet_libraries`,
   :class:`RunLogger`, :func:`write_report`;
@@ -15,7 +15,7 @@ Each name is imported from the core on first use.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,8 +61,25 @@ __all__ = [
     "TRACKERS_PLUGIN", "Experiment", "NoTrainingSteps", "RunConsole", "RunLogger", "Trackers", "check_rl_steps",
     "feed_metrics", "keep_earlier_run", "launch_lines", "load_evals", "manifest", "package_version",
     "quiet_libraries", "tensorboard_rows", "text_hash", "tracker_env_lines", "tracker_environment",
-    "tensorboard_metrics", "trainer_metrics_main", "write_report", "zero_steps_problem",
+    "tensorboard_metrics", "trainer_launch_lines", "trainer_metrics_main", "write_report", "zero_steps_problem",
 ]
+
+
+def trainer_launch_lines(spec: Any, python: str, header: Iterable[str], run: Iterable[str], trained: Iterable[str], *,
+                         module: str, label: str, root: str = 'ROOT="${ROOT:-$JOB}"', setup: Iterable[str] = (),
+                         env: Iterable[str] = ()) -> list[str]:
+    """``launch.sh``'s lines for a backend whose trainer is a program of its own reading the job from ``$ROOT``:
+    the ``header`` comments, ``PYTHON`` (default ``python``), ``ROOT`` (the ``root`` line), the backend's ``setup``
+    lines, ``MODEL``, the run directory and the backend's ``env`` lines for it, agentbridge's phases before the
+    trainer, the trainer (``run``), its TensorBoard scalars as the run's metrics (``python -m <module>.run_metrics``,
+    ``label`` the backend's name), ``trained`` (lines that set ``$TRAINED`` to the trained model), the phases
+    after."""
+    from agentbridge.adapter.scripts import default_line, model_line, run_dir_lines, trainer_metrics_lines
+    from agentbridge.training.phases import launch_lines
+
+    before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR", checkpoint="$TRAINED")
+    return [*header, default_line("PYTHON", python), root, *setup, model_line("MODEL", spec.model.path),
+            *run_dir_lines(spec.name), *env, *before, *run, *trainer_metrics_lines(module, label), *trained, *after]
 
 
 def tensorboard_metrics(source: Path, names: dict[str, str], prefix: str, label: str) -> tuple[

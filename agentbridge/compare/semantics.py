@@ -5,9 +5,10 @@ itself builds (TRL's ``GRPOConfig``, veRL's composed Hydra config, OpenRLHF's pa
 first and, after `` · ``, in the backend's own names. Two backends differ on an aspect when the shared words
 differ; the backends' own names are shown, never compared.
 
-Adapters do not import this module: each writes the shared words of a recipe knob in the literal formats below
-(``tests/test_recipe_compare.py`` holds every adapter's words to these functions, the same spec compiled for every
-backend giving the same shared words):
+Adapters do not import this module: each writes the shared words of an aspect with ``agentbridge.spec.recipe``'s
+word functions (``lora_words``, ``entropy_words``, ``grad_clip_words``, ``batch_words``, ``sampling_words``,
+``optimizer_words``, ``overlong_words``, ...), which give the formats below (``tests/test_recipe_compare.py`` holds
+every adapter's words to these functions, the same spec compiled for every backend giving the same shared words):
 
 * ``LoRA`` (:func:`lora_words`): ``rank 16, alpha 32, targets all-linear`` or ``rank 16, alpha 32, targets q_proj
   v_proj`` (module names sorted, space-separated), then ``, dropout 0.05`` when the dropout is above 0; ``full
@@ -27,10 +28,13 @@ Numbers are written with ``:g`` (``0.01``, ``32``, ``1e-05``), so 32 and 32.0 re
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
 from types import SimpleNamespace
 
+from agentbridge.spec.recipe import batch_words, entropy_words, grad_clip_words, lora_words
 from agentbridge.spec.recipe import overlong_words as recipe_overlong_words
+
+__all__ = ["ASPECTS", "SEPARATOR", "aspect_difference_lines", "batch_words", "differing", "entropy_words",
+           "grad_clip_words", "lora_words", "overlong_words", "semantics_table", "shared"]
 
 ASPECTS: dict[str, str] = {
     "advantage": "how a sample's advantage is computed and normalised",
@@ -50,32 +54,6 @@ ASPECTS: dict[str, str] = {
     "LoRA": "the low-rank adapter trained (rank, alpha, target modules, dropout), or full fine-tuning",
 }
 SEPARATOR = " · "
-
-
-def lora_words(rank: int | None, alpha: float | None = None, targets: str | Iterable[str] = "all-linear",
-               dropout: float = 0.0) -> str:
-    """The shared words of the ``LoRA`` aspect: ``rank 16, alpha 32, targets q_proj v_proj[, dropout 0.05]``;
-    ``full fine-tuning`` for no adapter (rank 0 or None)."""
-    if not rank:
-        return "full fine-tuning"
-    names = targets if isinstance(targets, str) else " ".join(sorted(targets))
-    scale = 2.0 * rank if alpha is None else float(alpha)
-    return f"rank {rank}, alpha {scale:g}, targets {names}" + (f", dropout {dropout:g}" if dropout else "")
-
-
-def entropy_words(coef: float | None) -> str:
-    """The shared words of the ``entropy bonus`` aspect: ``coef 0.01``, or ``none``."""
-    return f"coef {float(coef):g}" if coef else "none"
-
-
-def grad_clip_words(norm: float | None) -> str:
-    """The shared words of the ``grad clip`` aspect: ``max norm 0.5``, or ``none`` (no norm, or one <= 0)."""
-    return f"max norm {float(norm):g}" if norm is not None and norm > 0 else "none"
-
-
-def batch_words(prompts: int, samples: int, epochs: int, mini_batches: int) -> str:
-    """The shared words of the ``batch`` aspect: ``8 prompts x 4 samples, 1 epoch(s) x 2 mini-batch(es)``."""
-    return f"{prompts} prompts x {samples} samples, {epochs} epoch(s) x {mini_batches} mini-batch(es)"
 
 
 def overlong_words(mask_truncated: bool, buffer: int | None = None, penalty: float = 1.0) -> str:

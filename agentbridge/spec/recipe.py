@@ -10,6 +10,7 @@ setting with the same meaning, its ``check`` refuses the spec in one line naming
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
@@ -61,6 +62,16 @@ def clip_range(algo: AlgorithmSpec) -> tuple[float, float] | None:
 def dual_clip(algo: AlgorithmSpec) -> float | None:
     """The explicit dual-clip constant, or None (the preset's behaviour)."""
     return None if algo.clip is None else algo.clip.dual
+
+
+def clip_settings(algo: AlgorithmSpec, keys: Mapping[str, str]) -> dict[str, Any]:
+    """The explicit ratio clip (:func:`clip_range`: ``clip_low``, ``clip_high``), dual clip (``dual_clip``),
+    ``entropy_coef`` and ``max_grad_norm`` of ``algo`` under a backend's ``keys`` (knob -> the backend's key; a knob
+    without one is left out), in that order; none for a field left null (the preset's)."""
+    clip = clip_range(algo)
+    knobs = {**({"clip_low": clip[0], "clip_high": clip[1]} if clip else {}), "dual_clip": dual_clip(algo),
+             "entropy_coef": algo.entropy_coef, "max_grad_norm": algo.max_grad_norm}
+    return {keys[knob]: value for knob, value in knobs.items() if value is not None and knob in keys}
 
 
 
@@ -129,3 +140,41 @@ def rollout_words(mode: str, max_staleness: int | None = None, partial: bool = F
         return mode
     return "async" + (f", max staleness {max_staleness}" if max_staleness else "") + (", partial" if partial else "")
 
+
+
+def entropy_words(coef: float | None) -> str:
+    """The shared words of ``compare``'s ``entropy bonus`` aspect: ``coef 0.01``, or ``none``."""
+    return f"coef {float(coef):g}" if coef else "none"
+
+
+def grad_clip_words(norm: float | None) -> str:
+    """The shared words of ``compare``'s ``grad clip`` aspect: ``max norm 0.5``, or ``none`` (no norm, or one <= 0)."""
+    return f"max norm {float(norm):g}" if norm is not None and float(norm) > 0 else "none"
+
+
+def batch_words(prompts: int, samples: int, epochs: int, mini_batches: int) -> str:
+    """The shared words of ``compare``'s ``batch`` aspect: ``8 prompts x 4 samples, 1 epoch(s) x 2 mini-batch(es)``."""
+    return f"{prompts} prompts x {samples} samples, {epochs} epoch(s) x {mini_batches} mini-batch(es)"
+
+
+def lora_words(rank: int | None, alpha: float | None = None, targets: str | Iterable[str] = "all-linear",
+               dropout: float = 0.0) -> str:
+    """The shared words of ``compare``'s ``LoRA`` aspect: ``rank 16, alpha 32, targets q_proj v_proj[, dropout
+    0.05]`` (module names sorted; alpha 2 x rank when None); ``full fine-tuning`` for no adapter (rank 0 or None)."""
+    if not rank:
+        return "full fine-tuning"
+    names = targets if isinstance(targets, str) else " ".join(sorted(str(t) for t in targets))
+    scale = 2.0 * rank if alpha is None else float(alpha)
+    return f"rank {rank}, alpha {scale:g}, targets {names}" + (f", dropout {dropout:g}" if dropout else "")
+
+
+def sampling_words(temperature: float, top_p: float, top_k: int | None) -> str:
+    """The shared words of ``compare``'s ``sampling`` aspect: ``temperature 1.0, top_p 1.0, top_k off`` (a top_k of
+    None or <= 0 filters nothing in any engine)."""
+    return f"temperature {temperature}, top_p {top_p}, top_k {top_k if top_k is not None and top_k > 0 else 'off'}"
+
+
+def optimizer_words(lr: float, schedule: object) -> str:
+    """The shared words of ``compare``'s ``optimizer`` aspect: ``lr 1e-06, constant after warmup`` (a
+    ``*_with_warmup`` schedule named without the suffix)."""
+    return f"lr {lr}, {str(schedule).removesuffix('_with_warmup')} after warmup"

@@ -32,6 +32,13 @@ def sized_options(spec: Spec, twins: Mapping[str, str]) -> dict[str, Any]:
     return {twins[name]: value for name, value in sizing(spec).items() if name in twins}
 
 
+def backend_options(spec: Spec, backend: str, defaults: Mapping[str, Any], twins: Mapping[str, str]) -> dict[str, Any]:
+    """``backend``'s options for ``spec``: its ``defaults``, the spec's sizing fields under their twins' names
+    (:func:`sized_options`), then the spec's ``backend.options`` when ``backend`` is the spec's backend."""
+    own = spec.backend.options if spec.backend.name == backend else {}
+    return {**defaults, **sized_options(spec, twins), **own}
+
+
 def option_conflicts(spec: Spec, backend: str, twins: Mapping[str, str]) -> dict[str, str]:
     """``{"backend.options.<option>": why}`` for each option of ``backend`` (the spec's own backend) that sets a
     sizing field's twin (``twins``: field -> option) to another value than the field."""

@@ -24,6 +24,7 @@ from agentbridge_openrlhf.config import (
     OPTIONS,
     OWNED,
     ROLLOUT_OPTIONS,
+    SIZING_OPTIONS,
     WHY_NOT,
     applies,
     describe_demand,
@@ -107,6 +108,7 @@ class OpenRLHFBackend(kit.Adapter):
                                            "(group_norm) or by nothing (dr_grpo); reinforce_baseline whitens per "
                                            "token over the batch, which is not the same"},
                       "is_correction": {"sequence_truncate": IS_SEQUENCE_CLIP, "sequence_mask": IS_SEQUENCE_MASK}}
+    sizing_options = SIZING_OPTIONS
     lora_why_not = ("OpenRLHF 0.11.2 trains the adapter but sends vLLM the unmerged PEFT parameter names, which its "
                     "weight sync cannot load (OpenRLHF#1349)")
     validator, conformance_module = "agentbridge_openrlhf.validate", "agentbridge_openrlhf.conformance"

@@ -11,7 +11,7 @@ from typing import Any
 
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
 from agentbridge.spec.schema import Spec
-from agentbridge.spec.sizing import sized_options
+from agentbridge.spec.sizing import backend_options
 
 OPENRLHF_PIN = "0.11.2"
 BACKEND = "openrlhf"
@@ -88,9 +88,8 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    """OpenRLHF's options: the defaults, the spec's sizing fields, then ``backend.options`` when the spec's backend
-    is OpenRLHF."""
-    return {**OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
+    """OpenRLHF's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
+    return backend_options(spec, "openrlhf", OPTIONS, SIZING_OPTIONS)
 
 
 def overrides(spec: Spec) -> dict[str, Any]:

@@ -27,8 +27,7 @@ from typing import Any
 from agentbridge import Message
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
-from agentbridge.spec import Spec
-from agentbridge.spec.recipe import is_correction_words, overlong_words, rollout_words
+from agentbridge.spec import Spec, recipe
 from agentbridge_openrlhf.config import OPENRLHF_PIN, OWNED
 
 
@@ -226,27 +225,24 @@ def semantics_of(args: Any, spec: Any = None) -> dict[str, str]:
     if float(f("algo.kl.init_coef") or 0) > 0:
         where = "in the loss" if f("algo.kl.use_loss") else "in the reward"
         kl = f"{f('algo.kl.estimator')} {where}, coef {f('algo.kl.init_coef')}"
-    top_k = f("rollout.top_k")
     level = "sequence" if f("actor.policy_loss_type") == "gspo" else "token"
     return {
         "advantage": f"{advantage} · estimator {estimator}",
         "loss aggregation": str(f("actor.loss_agg_mode")),
         "clip": f"({low}, {high}) on {level} ratios · policy_loss_type {f('actor.policy_loss_type')}",
         "KL": kl,
-        "entropy bonus": (f"coef {float(f('actor.entropy_coef')):g}" if f("actor.entropy_coef") else "none")
-                         + f" · actor.entropy_coef {f('actor.entropy_coef')}",
+        "entropy bonus": f"{recipe.entropy_words(f('actor.entropy_coef'))} · actor.entropy_coef "
+                         f"{f('actor.entropy_coef')}",
         "IS correction": _is_correction(f),
         "rollout mode": _rollout_mode(f),
         "group filtering": (f"groups outside reward range {f('algo.dynamic_filtering_range')} dropped"
                             if f("algo.dynamic_filtering_enable") else "none"),
-        "sampling": f"temperature {f('rollout.temperature')}, top_p {f('rollout.top_p')}, "
-                    f"top_k {top_k if top_k not in (None, -1) else 'off'}",
+        "sampling": recipe.sampling_words(f("rollout.temperature"), f("rollout.top_p"), f("rollout.top_k")),
         "lengths": f"prompt + response {f('data.max_len')} tokens, {f('rollout.max_new_tokens')} new tokens per turn",
         **({} if spec is None else {"overlong": _overlong(f, spec.algorithm.overlong)}),
-        "optimizer": f"lr {f('actor.adam.lr')}, {str(f('actor.lr_scheduler')).removesuffix('_with_warmup')} after "
-                     f"warmup · warmup ratio {f('actor.lr_warmup_ratio')}, {f('actor.lr_scheduler')}",
-        "grad clip": (f"max norm {float(f('actor.max_norm')):g}" if (f("actor.max_norm") or 0) > 0 else "none")
-                     + f" · actor.max_norm {f('actor.max_norm')}",
+        "optimizer": f"{recipe.optimizer_words(f('actor.adam.lr'), f('actor.lr_scheduler'))} · warmup ratio "
+                     f"{f('actor.lr_warmup_ratio')}, {f('actor.lr_scheduler')}",
+        "grad clip": f"{recipe.grad_clip_words(f('actor.max_norm'))} · actor.max_norm {f('actor.max_norm')}",
         "batch": _batch(f),
         "LoRA": _lora(f),
     }
@@ -257,8 +253,8 @@ def _batch(f: Any) -> str:
     steps of ``train.batch_size`` samples."""
     prompts, n, train = f("rollout.batch_size"), f("rollout.n_samples_per_prompt"), f("train.batch_size")
     epochs = f("train.max_epochs") or 1
-    return (f"{prompts} prompts x {n} samples, {epochs} epoch(s) x {max(1, prompts * n // train)} mini-batch(es) · "
-            f"train.batch_size {train} samples, train.max_epochs {epochs}")
+    return (f"{recipe.batch_words(prompts, n, epochs, max(1, prompts * n // train))} · train.batch_size {train} "
+            f"samples, train.max_epochs {epochs}")
 
 
 def _lora(f: Any) -> str:
@@ -267,19 +263,15 @@ def _lora(f: Any) -> str:
     rank = int(f("ds.lora.rank") or 0)
     if rank <= 0:
         return f"full fine-tuning · ds.lora.rank {rank}"
-    targets = f("ds.lora.target_modules")
-    names = targets if isinstance(targets, str) else " ".join(sorted(str(t) for t in targets))
-    dropout = float(f("ds.lora.dropout") or 0)
-    return (f"rank {rank}, alpha {float(f('ds.lora.alpha')):g}, targets {names}"
-            + (f", dropout {dropout:g}" if dropout else "") + f" · ds.lora.rank {rank}, ds.lora.alpha "
-            f"{f('ds.lora.alpha')}")
+    words = recipe.lora_words(rank, f("ds.lora.alpha"), f("ds.lora.target_modules"), float(f("ds.lora.dropout") or 0))
+    return f"{words} · ds.lora.rank {rank}, ds.lora.alpha {f('ds.lora.alpha')}"
 
 
 def _overlong(f: Any, overlong: Any) -> str:
     """The overlong aspect of :func:`semantics_of`: agentbridge's rollout masks and penalises as
     ``algorithm.overlong`` says; OpenRLHF's own overlong reward (``reward.overlong_buffer_len``) is refused at
     validate."""
-    return overlong_words(overlong) + f" · reward.overlong_buffer_len {f('reward.overlong_buffer_len')}"
+    return recipe.overlong_words(overlong) + f" · reward.overlong_buffer_len {f('reward.overlong_buffer_len')}"
 
 
 def _is_correction(f: Any) -> str:
@@ -289,7 +281,7 @@ def _is_correction(f: Any) -> str:
         return "none · is_correction_level off"
     low, high = f("algo.advantage.is_correction_threshold")
     if level == "token" and gating == "ratio" and float(low) == 0 and f("actor.policy_loss_type") == "ppo":
-        shared = is_correction_words("token", "truncate" if mode == "clip" else "mask", float(high))
+        shared = recipe.is_correction_words("token", "truncate" if mode == "clip" else "mask", float(high))
     else:  # OpenRLHF's own kinds (a band, a per-sequence gate, a divergence gate, gspo's ratio): its words
         shared = f"{level} {gating} {mode} in [{low:g}, {high:g}]"
     return (f"{shared} · is_correction_level {level}, _mode {mode}, _gating {gating}, _threshold {low:g} "
@@ -302,11 +294,11 @@ def _rollout_mode(f: Any) -> str:
     asynchronous, queue, partial = bool(f("train.async_enable")), f("train.async_queue_size"), \
         bool(f("train.partial_rollout_enable"))
     if not asynchronous:
-        shared = rollout_words("sync")
+        shared = recipe.rollout_words("sync")
     elif queue == 1 and not partial:
-        shared = rollout_words("one_step_off")
+        shared = recipe.rollout_words("one_step_off")
     else:
-        shared = rollout_words("async", int(queue), partial)
+        shared = recipe.rollout_words("async", int(queue), partial)
     return f"{shared} · async_enable {asynchronous}, async_queue_size {queue}, partial_rollout_enable {partial}"
 
 

@@ -34,10 +34,13 @@ def test_the_fields_are_openrlhfs_own_flags(tmp_path: Path) -> None:
     assert _args(tmp_path / "unset") == (1, False, 50, 2)  # the adapter's options, as before the fields existed
 
 
-def test_an_explicit_option_decides_and_a_disagreeing_one_conflicts(tmp_path: Path) -> None:
-    assert _args(tmp_path, *SIZED, "backend.options={gradient_checkpointing: false}") == (2, False, 7, 3)
+def test_an_option_decides_alone_and_one_that_disagrees_with_its_field_is_refused(tmp_path: Path) -> None:
+    assert _args(tmp_path, *SIZED[:1], "backend.options={gradient_checkpointing: true}") == (2, True, 50, 2)
     spec = load_spec(CALC, [*SMALL, *SIZED, "backend.options={gradient_checkpointing: false, save_steps: 7}"])
     assert list(option_conflicts(spec, "openrlhf", SIZING_OPTIONS)) == ["backend.options.gradient_checkpointing"]
+    assert [str(p) for p in OpenRLHFBackend().check(spec)] == [
+        "backend.options.gradient_checkpointing: resources.gradient_checkpointing (True) sets it too, to another "
+        "value: remove the option or make the two agree"]
 
 
 def test_the_memory_estimate_reads_them(tmp_path: Path) -> None:

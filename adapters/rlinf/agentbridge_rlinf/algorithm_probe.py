@@ -28,9 +28,9 @@ from agentbridge.adapter.conformance import Documented
 _KL_ORDER = ("the actor calls kl_penalty(ref_logprobs, logprobs, 'low_var_kl'): the k3 estimator with the policies "
              "swapped (exp(logp - ref) - (logp - ref) - 1), not exp(ref - logp) - (ref - logp) - 1")
 _MICRO = ("token-mean is taken within each micro-batch (algorithm.training_batch_size_per_gpu sequences, "
-          "backend.options.micro_batch_size) and gradient accumulation averages the micro-batches: the batch's token "
-          "mean only when one micro-batch holds a GPU's whole step (use_valid_token_scale is read by nothing in RLinf "
-          "0.3.0)")
+          "resources.micro_batch_size or backend.options.micro_batch_size) and gradient accumulation averages the "
+          "micro-batches: the batch's token mean only when one micro-batch holds a GPU's whole step "
+          "(use_valid_token_scale is read by nothing in RLinf 0.3.0)")
 _CLIP_MICRO = ("actor/clip_fraction is the share of clipped tokens within each micro-batch (algorithm."
                "training_batch_size_per_gpu sequences), averaged over the micro-batches: the batch's token share only "
                "when one micro-batch holds a GPU's whole step")

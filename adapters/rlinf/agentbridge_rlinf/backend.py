@@ -6,7 +6,7 @@ from typing import Any
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import Capabilities
-from agentbridge.adapter.scripts import override_words, ray_submit_script, trainer_metrics_lines, worker_env
+from agentbridge.adapter.scripts import override_words, ray_submit_script, worker_env
 from agentbridge.spec import Spec
 from agentbridge_rlinf import RLINF_PIN, __version__
 from agentbridge_rlinf.config import (
@@ -18,6 +18,8 @@ from agentbridge_rlinf.config import (
     IS_WHY,
     NOTES,
     ROLLOUT_WHY,
+    SIZING_OPTIONS,
+    SIZING_WHY_NOT,
     WHY_NOT,
     RlinfOptions,
     gpus_per_node,
@@ -48,6 +50,7 @@ class RlinfBackend(kit.Adapter):
                                            for v in ("batch", "none")},
                       "is_correction": {k: IS_WHY for k in ("token_mask", "sequence_truncate", "sequence_mask")},
                       "rollout": {k: ROLLOUT_WHY for k in ("one_step_off", "async", "async+partial")}}
+    sizing_options, sizing_why_not = SIZING_OPTIONS, SIZING_WHY_NOT
     epochs_why_not = "RLinf 0.3.0's reasoning actor updates once per rollout (update_epoch is the embodied actor's)"
     lora_why_not = ("RLinf 0.3.0's reasoning actor loads a plain model; its LoRA reaches only the embodied actor "
                     "(rlinf.models.get_model)")
@@ -97,20 +100,15 @@ class RlinfBackend(kit.Adapter):
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
         spec, has_eval = draft.spec, draft.has_eval
-        from agentbridge.adapter.training import launch_lines
+        from agentbridge.adapter.training import trainer_launch_lines
 
         paths = override_words(path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
         # RLinf's log_path (runner.output_dir/<experiment_name>): its checkpoints and TensorBoard scalars
         log_dir = kit.shell_quote(f"@RUN_DIR@/{spec.name}", {"@RUN_DIR@": "RUN_DIR"})
-        before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR", checkpoint="$TRAINED")
-        return [
+        return trainer_launch_lines(spec, self.python(), [
             "# Run RLinf's reasoning trainer with agentbridge's agent-loop worker on this machine (it needs GPUs).",
             "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
-            kit.default_line("PYTHON", self.python()),
-            'ROOT="${ROOT:-$JOB}"',
-            kit.model_line("MODEL", spec.model.path),
-            *kit.run_dir_lines(spec.name),
-            *before,
+        ], [
             "# checkpoints: $RUN_DIR/<experiment_name>/checkpoints/global_step_N, every runner.save_interval steps and "
             "at",
             "# the last; a relaunch resumes from the latest (runner.resume_dir: auto)",
@@ -118,12 +116,11 @@ class RlinfBackend(kit.Adapter):
             "\\",
             f"  {paths} \\",
             '  runner.output_dir="$RUN_DIR" "$@"',
-            *trainer_metrics_lines("agentbridge_rlinf", "RLinf"),
+        ], [
             "# the trained model: the latest checkpoint's full weights as a Hugging Face model (actor/huggingface)",
             f'TRAINED="$({{ "$PYTHON" -m agentbridge_rlinf.entry export {log_dir} --model "$MODEL" || true; }} '
             '| tail -n 1)"',
-            *after,
-        ]
+        ], module="agentbridge_rlinf", label="RLinf")
 
     def submit_lines(self, draft: kit.Draft) -> list[str]:
         spec = draft.spec

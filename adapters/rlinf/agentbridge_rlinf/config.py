@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field, PositiveInt
 from agentbridge import adapter as kit
 from agentbridge.adapter import flatten, set_dotted
 from agentbridge.spec import Spec
-from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
-from agentbridge.spec.sizing import sized_options, sizing_refusals
+from agentbridge.spec.recipe import clip_settings, kl_setting
+from agentbridge.spec.sizing import backend_options
 
 CONFIG_NAME = "rlinf_job"
 ENTRY_FILE = "entry.py"
@@ -111,9 +111,8 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    """RLinf's options: the defaults, the spec's sizing fields, then ``backend.options`` when it is the spec's
-    backend."""
-    return {**DEFAULT_OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
+    """RLinf's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
+    return backend_options(spec, "rlinf", DEFAULT_OPTIONS, SIZING_OPTIONS)
 
 
 def seq_length(spec: Spec) -> int:
@@ -281,12 +280,8 @@ def recipe_settings(spec: Spec) -> dict[str, Any]:
     """``algorithm.*`` keys of the spec's explicit recipe fields (none for a field left null: the preset's); the
     gradient clip (``actor.optim.clip_grad``) is set by ``settings``."""
     algo = spec.algorithm
-    out: dict[str, Any] = {}
-    clip = clip_range(algo)
-    if clip is not None:
-        out["algorithm.clip_ratio_low"], out["algorithm.clip_ratio_high"] = clip
-    if dual_clip(algo) is not None:
-        out["algorithm.clip_ratio_c"] = dual_clip(algo)
+    out = clip_settings(algo, {"clip_low": "algorithm.clip_ratio_low", "clip_high": "algorithm.clip_ratio_high",
+                               "dual_clip": "algorithm.clip_ratio_c"})
     if algo.entropy_coef is not None:
         # the actor subtracts the bonus only when both are set (entropy_bonus > 0 and calculate_entropy)
         out["algorithm.entropy_bonus"] = algo.entropy_coef
@@ -317,9 +312,9 @@ def kl_settings(spec: Spec) -> dict[str, Any]:
 
 
 def kl_refusals(spec: Spec) -> dict[str, str]:
-    """The KL settings of the spec RLinf 0.3.0 cannot honour, and its sizing fields RLinf has no setting for
-    (``SIZING_WHY_NOT``): the field's path -> why."""
-    algo, out = spec.algorithm, sizing_refusals(spec, SIZING_WHY_NOT)
+    """The KL settings of the spec RLinf 0.3.0 cannot honour: the field's path -> why."""
+    algo = spec.algorithm
+    out: dict[str, str] = {}
     if algo.kl_coef <= 0 or (algo.kl_estimator is None and algo.kl_in is None):
         return out
     estimator, where = kl_setting(algo)

@@ -19,8 +19,7 @@ from typing import Any
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
-from agentbridge.spec import Spec
-from agentbridge.spec.recipe import overlong_words
+from agentbridge.spec import Spec, recipe
 from agentbridge_rlinf import RLINF_PIN
 from agentbridge_rlinf.config import CONFIG_NAME, path_overrides
 
@@ -62,16 +61,15 @@ def semantics_of(cfg: Any, spec: Any = None) -> dict[str, str]:
     norm = actor.optim.get("clip_grad")
     prompts, n, mini = cfg.data.rollout_batch_size, algo.group_size, algo.get("n_minibatches") or 1
     out = {
-        "entropy bonus": (f"coef {bonus:g}" if on else "none") + f" · algorithm.entropy_bonus {bonus:g}, "
+        "entropy bonus": f"{recipe.entropy_words(bonus if on else 0)} · algorithm.entropy_bonus {bonus:g}, "
                          f"calculate_entropy {algo.get('calculate_entropy')}",
     }
     if spec is not None:
-        out["overlong"] = overlong_words(spec.algorithm.overlong)
-    out["grad clip"] = (f"max norm {float(norm):g}" if norm is not None and float(norm) > 0 else "none") + \
-        f" · actor.optim.clip_grad {norm}"
+        out["overlong"] = recipe.overlong_words(spec.algorithm.overlong)
+    out["grad clip"] = f"{recipe.grad_clip_words(norm)} · actor.optim.clip_grad {norm}"
     # the reasoning actor updates once per rollout (update_epoch is the embodied actor's), in n_minibatches steps
-    out["batch"] = (f"{prompts} prompts x {n} samples, 1 epoch(s) x {mini} mini-batch(es) · "
-                    f"data.rollout_batch_size {prompts}, algorithm.group_size {n}, n_minibatches {mini}")
+    out["batch"] = (f"{recipe.batch_words(prompts, n, 1, mini)} · data.rollout_batch_size {prompts}, "
+                    f"algorithm.group_size {n}, n_minibatches {mini}")
     lora = bool(actor.model.get("is_lora", False))
     out["LoRA"] = (f"rank {actor.model.get('lora_rank')} · actor.model.is_lora true" if lora
                    else "full fine-tuning · actor.model.is_lora false")

@@ -44,10 +44,13 @@ def test_the_memory_estimate_reads_recompute_where_the_training_backend_keeps_it
         assert (settings["micro_batch"], settings["recompute"]) == (4, recompute), name
 
 
-def test_an_explicit_option_decides_and_a_disagreeing_one_conflicts(tmp_path: Path) -> None:
-    assert _keys(tmp_path, *SIZED, "backend.options={save_interval: 9}")["runner.save_interval"] == 9
+def test_an_option_decides_alone_and_one_that_disagrees_with_its_field_is_refused(tmp_path: Path) -> None:
+    assert _keys(tmp_path, *SIZED[:2], "backend.options={save_interval: 9}")["runner.save_interval"] == 9
     spec = load_spec(ROOT / EXAMPLE, [*SMALL, *SIZED, "backend.options={save_interval: 9}"])
     assert list(option_conflicts(spec, "rlinf", SIZING_OPTIONS)) == ["backend.options.save_interval"]
+    assert [str(p) for p in RlinfBackend().check(spec)] == [
+        "backend.options.save_interval: resources.save_steps (7) sets it too, to another value: "
+        "remove the option or make the two agree"]
 
 
 def test_save_total_limit_is_refused_in_one_line_naming_who_can() -> None:

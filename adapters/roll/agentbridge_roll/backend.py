@@ -13,7 +13,6 @@ from agentbridge.adapter.scripts import (
     latest_checkpoint_lines,
     override_words,
     ray_submit_script,
-    trainer_metrics_lines,
     worker_env,
 )
 from agentbridge.spec import Spec
@@ -26,6 +25,7 @@ from agentbridge_roll.config import (
     GROUPED,
     NOTES,
     ROLLOUT_PARTIAL_WHY,
+    SIZING_OPTIONS,
     TOKEN_KL,
     WHY_NOT,
     RollOptions,
@@ -64,6 +64,7 @@ class RollBackend(kit.Adapter):
                                    "padded sequence width (prompt included), not agent.max_response_tokens"},
                       "rollout": {"async+partial": ROLLOUT_PARTIAL_WHY}}
     lora_why_not = None
+    sizing_options = SIZING_OPTIONS
     validator, conformance_module = "agentbridge_roll.validate", "agentbridge_roll.conformance"
     algorithm_probe = "agentbridge_roll.algorithm_probe"  # the training-math conformance
     config_file = f"{CONFIG_NAME}.yaml"
@@ -142,23 +143,14 @@ class RollBackend(kit.Adapter):
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
         spec, has_eval = draft.spec, draft.has_eval
-        from agentbridge.adapter.training import launch_lines
+        from agentbridge.adapter.training import trainer_launch_lines
 
         paths = override_words(path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
-        before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR", checkpoint="$TRAINED")
-        return [
+        return trainer_launch_lines(spec, self.python(), [
             "# Run ROLL's agentic pipeline with agentbridge's env manager on this machine (it needs GPUs).",
             "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
             "# ROLL_HOME: a checkout of ROLL (source only); put on PYTHONPATH when set.",
-            kit.default_line("PYTHON", self.python()),
-            'ROOT="$(cd "${ROOT:-$JOB}" && pwd)"',
-            'if [ -n "${ROLL_HOME:-}" ]; then export PYTHONPATH="$ROLL_HOME${PYTHONPATH:+:$PYTHONPATH}"; fi',
-            kit.model_line("MODEL", spec.model.path),
-            *kit.run_dir_lines(spec.name),
-            'export ROLL_LOG_DIR="${ROLL_LOG_DIR:-$RUN_DIR/logs}"',
-            "# a hub id is fetched from the Hugging Face hub (ROLL's download_model defaults to ModelScope)",
-            'export MODEL_DOWNLOAD_TYPE="${MODEL_DOWNLOAD_TYPE:-HUGGINGFACE_HUB}"',
-            *before,
+        ], [
             "# checkpoints: $RUN_DIR/checkpoints/checkpoint-N every save_steps and at the last step; a relaunch "
             "resumes",
             "# from the latest (resume_from_checkpoint: true; FileSystemUploader.get_latest_ckpt lists the folder)",
@@ -166,11 +158,14 @@ class RollBackend(kit.Adapter):
             f"\"$PYTHON\" \"$ROOT/{ENTRY_FILE}\" --config-path \"$ROOT\" --config-name {CONFIG_NAME} \\",
             f"  {paths} \\",
             '  output_dir="$RUN_DIR" "$@"',
-            *trainer_metrics_lines("agentbridge_roll", "ROLL"),
+        ], [
             "# the trained model: the latest checkpoint-N, the actor's Hugging Face model at its top (save_hf_model)",
             *latest_checkpoint_lines("TRAINED", '"$RUN_DIR"/checkpoints/checkpoint-*', "-"),
-            *after,
-        ]
+        ], module="agentbridge_roll", label="ROLL", root='ROOT="$(cd "${ROOT:-$JOB}" && pwd)"',
+            setup=['if [ -n "${ROLL_HOME:-}" ]; then export PYTHONPATH="$ROLL_HOME${PYTHONPATH:+:$PYTHONPATH}"; fi'],
+            env=['export ROLL_LOG_DIR="${ROLL_LOG_DIR:-$RUN_DIR/logs}"',
+                 "# a hub id is fetched from the Hugging Face hub (ROLL's download_model defaults to ModelScope)",
+                 'export MODEL_DOWNLOAD_TYPE="${MODEL_DOWNLOAD_TYPE:-HUGGINGFACE_HUB}"'])
 
     def submit_lines(self, draft: kit.Draft) -> list[str]:
         spec = draft.spec

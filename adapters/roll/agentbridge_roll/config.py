@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, PositiveInt
 from agentbridge.adapter import flatten, set_dotted
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting, preset_clip
-from agentbridge.spec.sizing import sized_options
+from agentbridge.spec.sizing import backend_options
 
 CONFIG_NAME = "roll_job"
 ENTRY_FILE = "entry.py"
@@ -116,9 +116,8 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    """ROLL's options: the defaults, the spec's sizing fields, then ``backend.options`` when it is the spec's
-    backend."""
-    return {**DEFAULT_OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
+    """ROLL's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
+    return backend_options(spec, "roll", DEFAULT_OPTIONS, SIZING_OPTIONS)
 
 
 def sequence_length(spec: Spec) -> int:

@@ -22,8 +22,7 @@ from typing import Any
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
-from agentbridge.spec import Spec, SpecError, load_spec
-from agentbridge.spec.recipe import overlong_words
+from agentbridge.spec import Spec, SpecError, load_spec, recipe
 from agentbridge_roll import ROLL_SOURCE, keep_roll_logs_out_of_cwd
 from agentbridge_roll.config import CONFIG_NAME, path_overrides
 
@@ -124,30 +123,27 @@ def semantics_of(config: Any, spec: Any = None) -> dict[str, str]:
     agentbridge's rollout): the recipe aspects of ``agentbridge.compare.semantics`` (entropy bonus, overlong, grad
     clip, batch, LoRA), in their shared words, then `` · `` and ROLL's own names."""
     coef, norm = float(config.entropy_loss_coef or 0), config.max_grad_norm
-    out = {"entropy bonus": (f"coef {coef:g}" if coef > 0 else "none") + f" · entropy_loss_coef {coef:g}"}
+    out = {"entropy bonus": f"{recipe.entropy_words(max(coef, 0))} · entropy_loss_coef {coef:g}"}
     if spec is not None:
-        out["overlong"] = overlong_words(spec.algorithm.overlong)
-    out["grad clip"] = (f"max norm {float(norm):g}" if norm is not None and norm > 0 else "none") + \
-        f" · max_grad_norm {norm}"
+        out["overlong"] = recipe.overlong_words(spec.algorithm.overlong)
+    out["grad clip"] = f"{recipe.grad_clip_words(norm)} · max_grad_norm {norm}"
     # rollout_batch_size counts trajectories; an optimizer step takes per_device x accumulation x workers of them
     train, n = config.actor_train, config.train_env_manager.group_size
     args = train.training_args
     step = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(1, train.world_size or 1)
-    out["batch"] = (f"{config.rollout_batch_size // n} prompts x {n} samples, {config.ppo_epochs} epoch(s) x "
-                    f"{max(1, config.rollout_batch_size // step)} mini-batch(es) · rollout_batch_size "
-                    f"{config.rollout_batch_size} trajectories, {step} per optimizer step, ppo_epochs "
-                    f"{config.ppo_epochs}")
+    mini = max(1, config.rollout_batch_size // step)
+    out["batch"] = (f"{recipe.batch_words(config.rollout_batch_size // n, n, config.ppo_epochs, mini)} · "
+                    f"rollout_batch_size {config.rollout_batch_size} trajectories, {step} per optimizer step, "
+                    f"ppo_epochs {config.ppo_epochs}")
     model = train.model_args
     targets = model.lora_target  # LoRA is on when it is set (after __post_init__: a list, or a regex string)
     if not targets:
         out["LoRA"] = "full fine-tuning · actor_train.model_args.lora_target null"
     else:
         names = targets if isinstance(targets, str) else " ".join(sorted(targets))
-        names = "all-linear" if names == "all" else names
-        dropout = float(model.lora_dropout or 0)
-        out["LoRA"] = (f"rank {model.lora_rank}, alpha {float(model.lora_alpha):g}, targets {names}"
-                       + (f", dropout {dropout:g}" if dropout else "")
-                       + f" · lora_target {targets}, lora_rank {model.lora_rank}, lora_alpha {model.lora_alpha}")
+        words = recipe.lora_words(model.lora_rank, model.lora_alpha, "all-linear" if names == "all" else names,
+                                  float(model.lora_dropout or 0))
+        out["LoRA"] = (f"{words} · lora_target {targets}, lora_rank {model.lora_rank}, lora_alpha {model.lora_alpha}")
     return out
 
 

@@ -47,10 +47,13 @@ def test_the_fields_are_rolls_own_keys(sets: list[str], want: list[Any], recompu
     assert job_settings("roll", config)["recompute"] is recompute
 
 
-def test_an_explicit_option_decides_and_a_disagreeing_one_conflicts(tmp_path: Path) -> None:
-    assert _config(tmp_path, *SIZED, "backend.options={save_steps: 9}")["save_steps"] == 9
+def test_an_option_decides_alone_and_one_that_disagrees_with_its_field_is_refused(tmp_path: Path) -> None:
+    assert _config(tmp_path, *SIZED[:2], "backend.options={save_steps: 9}")["save_steps"] == 9
     spec = load_spec(ROOT / EXAMPLE, [*SMALL, *SIZED, "backend.options={save_steps: 9}"])
     assert list(option_conflicts(spec, "roll", SIZING_OPTIONS)) == ["backend.options.save_steps"]
+    assert [str(p) for p in RollBackend().check(spec)] == [
+        "backend.options.save_steps: resources.save_steps (7) sets it too, to another value: "
+        "remove the option or make the two agree"]
 
 
 @needs_roll

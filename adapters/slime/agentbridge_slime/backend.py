@@ -11,7 +11,6 @@ from agentbridge.adapter import Capabilities, Job, Problem, Report, backend_pyth
 from agentbridge.adapter.scripts import (
     latest_checkpoint_lines,
     ray_submit_script,
-    trainer_metrics_lines,
     worker_env,
 )
 from agentbridge.spec import Spec
@@ -23,6 +22,8 @@ from agentbridge_slime.config import (
     CUSTOM_CONFIG,
     GROUPED,
     NOTES,
+    SIZING_OPTIONS,
+    SIZING_WHY_NOT,
     WHY_NOT,
     SlimeOptions,
     custom_config,
@@ -48,6 +49,7 @@ class SlimeBackend(kit.Adapter):
                                            "(--disable-grpo-std-normalization); --normalize-advantages whitens "
                                            "afterwards, which is not the same"},
                       "rollout": {"async": ASYNC_WHY, "async+partial": ASYNC_WHY}}
+    sizing_options, sizing_why_not = SIZING_OPTIONS, SIZING_WHY_NOT
     epochs_why_not = "slime trains each rollout once: it has no epochs flag"
     lora_why_not = "slime trains every parameter with Megatron: it has no LoRA"
     validator, conformance_module = "agentbridge_slime.validate", "agentbridge_slime.conformance"
@@ -135,26 +137,18 @@ class SlimeBackend(kit.Adapter):
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
         spec = draft.spec
-        from agentbridge.adapter.training import launch_lines
+        from agentbridge.adapter.training import trainer_launch_lines
 
         script = options(spec)["model_script"]
         models = {"@SLIME_DIR@": "SLIME_DIR"}
         default = kit.shell_quote(f"@SLIME_DIR@/scripts/models/{script}.sh", models) if script else "''"
         download = "import sys; from huggingface_hub import snapshot_download as d; print(d(sys.argv[1]))"
-        before, after = launch_lines(spec, job="$ROOT", run_dir="$RUN_DIR", checkpoint="$TRAINED")
-        return [
+        return trainer_launch_lines(spec, self.python(), [
             "# Run slime's train.py with agentbridge's generate function on this machine (it needs GPUs and "
             "Megatron-LM).",
             f"# SLIME_DIR: a checkout of {SLIME_REPO} (this adapter was verified against {SLIME_COMMIT[:7]});",
             "# MEGATRON_DIR: the Megatron-LM checkout slime's docker/ pins. ROOT: where the job's files are read from.",
-            kit.default_line("PYTHON", self.python()),
-            'ROOT="${ROOT:-$JOB}"',
-            f"SLIME_DIR=\"${{SLIME_DIR:?set SLIME_DIR to a checkout of {SLIME_REPO}}}\"",
-            kit.model_line("MODEL", spec.model.path),
-            *kit.run_dir_lines(spec.name),
-            "# slime's step metrics (--use-tensorboard), read back into metrics.jsonl after the trainer",
-            'export TENSORBOARD_DIR="${TENSORBOARD_DIR:-$RUN_DIR/tensorboard/slime}"',
-            *before,
+        ], [
             "# --hf-checkpoint is a local directory: slime copies its config and tokenizer into every --save-hf model",
             f'if [ ! -d "$MODEL" ]; then MODEL="$("$PYTHON" -c {kit.shell_quote(download)} "$MODEL")"; fi',
             'export PYTHONPATH="$SLIME_DIR${MEGATRON_DIR:+:$MEGATRON_DIR}${PYTHONPATH:+:$PYTHONPATH}"',
@@ -169,11 +163,13 @@ class SlimeBackend(kit.Adapter):
             '  --run-dir "$RUN_DIR" --load "${LOAD:-}" --ref-load "${REF_LOAD:-}")',
             '[ "${#ARGS[@]}" -gt 0 ] || { echo "launch.sh: agentbridge_slime.args gave no arguments" >&2; exit 1; }',
             f'"$PYTHON" "$SLIME_DIR/{entry(spec)}" "${{MODEL_ARGS[@]}}" "${{ARGS[@]}}" "$@"',
-            *trainer_metrics_lines("agentbridge_slime", "slime"),
+        ], [
             "# the trained model: the latest --save-hf model ($RUN_DIR/hf/rollout_N, N the last rollout saved)",
             *latest_checkpoint_lines("TRAINED", '"$RUN_DIR"/hf/rollout_*', "_"),
-            *after,
-        ]
+        ], module="agentbridge_slime", label="slime",
+            setup=[f"SLIME_DIR=\"${{SLIME_DIR:?set SLIME_DIR to a checkout of {SLIME_REPO}}}\""],
+            env=["# slime's step metrics (--use-tensorboard), read back into metrics.jsonl after the trainer",
+                 'export TENSORBOARD_DIR="${TENSORBOARD_DIR:-$RUN_DIR/tensorboard/slime}"'])
 
     def submit_lines(self, draft: kit.Draft) -> list[str]:
         spec = draft.spec

@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field, PositiveInt, StringConstraints
 
 from agentbridge.adapter import flatten
 from agentbridge.spec import Spec
-from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
-from agentbridge.spec.sizing import sized_options, sizing_refusals
+from agentbridge.spec.recipe import clip_settings, kl_setting
+from agentbridge.spec.sizing import backend_options
 
 CONFIG_NAME = "slime_job.yaml"
 SAVE_DIR = "${RUN_DIR}/checkpoints"  # --save: Megatron's torch_dist checkpoints (iter_NNNNNNN)
@@ -123,9 +123,8 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    """slime's options: the defaults, the spec's sizing fields, then ``backend.options`` when it is the spec's
-    backend."""
-    return {**DEFAULT_OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
+    """slime's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
+    return backend_options(spec, "slime", DEFAULT_OPTIONS, SIZING_OPTIONS)
 
 
 def gpus_per_node(spec: Spec) -> int:
@@ -253,8 +252,9 @@ def placement_flags(spec: Spec) -> dict[str, Any]:
 
 def recipe_refusals(spec: Spec) -> dict[str, str]:
     """The KL and rollout settings of the spec slime cannot honour (they depend on the algorithm and the job's
-    GPUs), and its sizing fields slime has no flag for (``SIZING_WHY_NOT``): the field's path -> why."""
-    algo, out = spec.algorithm, sizing_refusals(spec, SIZING_WHY_NOT)
+    GPUs): the field's path -> why."""
+    algo = spec.algorithm
+    out: dict[str, str] = {}
     if algo.kl_coef > 0 and (algo.kl_estimator is not None or algo.kl_in is not None):
         if kl_setting(algo)[1] == "reward" and algo.name not in KL_IN_REWARD:
             out["algorithm.kl_in"] = KL_REWARD_WHY
@@ -282,15 +282,8 @@ def recipe_flags(spec: Spec) -> dict[str, Any]:
     leaves a flag out."""
     algo = spec.algorithm
     out: dict[str, Any] = {}
-    clip = clip_range(algo)
-    if clip is not None:
-        out["eps-clip"], out["eps-clip-high"] = clip
-    if dual_clip(algo) is not None:
-        out["eps-clip-c"] = dual_clip(algo)
-    if algo.entropy_coef is not None:
-        out["entropy-coef"] = algo.entropy_coef
-    if algo.max_grad_norm is not None:
-        out["clip-grad"] = algo.max_grad_norm
+    out.update(clip_settings(algo, {"clip_low": "eps-clip", "clip_high": "eps-clip-high", "dual_clip": "eps-clip-c",
+                                    "entropy_coef": "entropy-coef", "max_grad_norm": "clip-grad"}))
     if algo.loss_agg in LOSS_AGG_FLAGS:
         out.update(LOSS_AGG_FLAGS[algo.loss_agg])
     if algo.scale_advantages is not None:  # batch is refused (SlimeBackend.recipe_why_not)

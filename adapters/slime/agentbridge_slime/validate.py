@@ -22,8 +22,7 @@ from typing import Any, NoReturn
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
-from agentbridge.spec import Spec, SpecError, load_spec
-from agentbridge.spec.recipe import overlong_words
+from agentbridge.spec import Spec, SpecError, load_spec, recipe
 from agentbridge_slime import SLIME_PIN
 
 # the Megatron-LM flags the job passes or slime_validate_args reads (Megatron's own parser needs Megatron-LM)
@@ -122,30 +121,26 @@ def semantics_of(args: Any, spec: Any = None) -> dict[str, str]:
     if args.kl_coef:
         kl.append(f"{estimator} in the reward, coef {args.kl_coef}")
     level = "sequence" if est == "gspo" else "token"
-    top_k = args.rollout_top_k
+    mini = max(1, args.rollout_batch_size * args.n_samples_per_prompt // args.global_batch_size)
     return {
         "advantage": f"{advantage} · --advantage-estimator {est}",
         "loss aggregation": aggregation + (f" · --custom-pg-loss-reducer-function-path {reducer}" if reducer else
                                            f" · --calculate-per-token-loss {args.calculate_per_token_loss}"),
         "clip": f"({args.eps_clip}, {args.eps_clip_high}) on {level} ratios · --eps-clip, --eps-clip-high",
         "KL": "; ".join(kl) or "none",
-        "entropy bonus": (f"coef {float(args.entropy_coef):g}" if args.entropy_coef else "none")
-                         + f" · --entropy-coef {args.entropy_coef}",
+        "entropy bonus": f"{recipe.entropy_words(args.entropy_coef)} · --entropy-coef {args.entropy_coef}",
         "IS correction": is_semantics(args),
         "group filtering": ("groups with equal rewards dropped" if args.dynamic_sampling_filter_path else "none")
                            + (f" · {args.dynamic_sampling_filter_path}" if args.dynamic_sampling_filter_path else ""),
-        "sampling": f"temperature {args.rollout_temperature}, top_p {args.rollout_top_p}, "
-                    f"top_k {top_k if top_k not in (None, -1) else 'off'}",
+        "sampling": recipe.sampling_words(args.rollout_temperature, args.rollout_top_p, args.rollout_top_k),
         "lengths": f"prompt {args.rollout_max_prompt_len}, response {args.rollout_max_response_len} tokens · "
                    f"--rollout-max-context-len {args.rollout_max_context_len}",
         **({} if spec is None else {"overlong": overlong_semantics(spec.algorithm.overlong)}),
-        "optimizer": f"lr {args.lr}, {args.lr_decay_style} after warmup · {args.lr_warmup_iters} warmup iters",
-        "grad clip": (f"max norm {float(args.clip_grad):g}" if args.clip_grad and args.clip_grad > 0 else "none")
-                     + f" · --clip-grad {args.clip_grad}",
+        "optimizer": f"{recipe.optimizer_words(args.lr, args.lr_decay_style)} · {args.lr_warmup_iters} warmup iters",
+        "grad clip": f"{recipe.grad_clip_words(args.clip_grad)} · --clip-grad {args.clip_grad}",
         # slime trains each rollout once (no epochs flag), in global batches of --global-batch-size samples
-        "batch": f"{args.rollout_batch_size} prompts x {args.n_samples_per_prompt} samples, 1 epoch(s) x "
-                 f"{max(1, args.rollout_batch_size * args.n_samples_per_prompt // args.global_batch_size)} "
-                 f"mini-batch(es) · --global-batch-size {args.global_batch_size} samples",
+        "batch": f"{recipe.batch_words(args.rollout_batch_size, args.n_samples_per_prompt, 1, mini)} · "
+                 f"--global-batch-size {args.global_batch_size} samples",
         "LoRA": "full fine-tuning · Megatron trains every parameter (slime has no LoRA)",
     }
 
@@ -153,25 +148,24 @@ def semantics_of(args: Any, spec: Any = None) -> dict[str, str]:
 def overlong_semantics(overlong: Any) -> str:
     """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says, the same on
     every backend."""
-    return overlong_words(overlong)
+    return recipe.overlong_words(overlong)
 
 
 def is_semantics(args: Any) -> str:
     """The ``IS correction`` aspect of slime's args: ``--use-tis`` with slime's own TIS (token, truncate at
     ``--tis-clip``), its IcePop (token, mask above it) or its MIS helper (``tis_level`` / ``tis_mode`` /
     ``tis_upper_bound`` from the custom config), in the shared words of ``spec.recipe.is_correction_words``."""
-    from agentbridge.spec.recipe import is_correction_words
-
     if not args.use_tis:
         return "none · --use-tis off"
     path = args.custom_tis_function_path
     if path is None:
-        return f"{is_correction_words('token', 'truncate', args.tis_clip)} · --use-tis, --tis-clip {args.tis_clip:g}"
+        words = recipe.is_correction_words("token", "truncate", args.tis_clip)
+        return f"{words} · --use-tis, --tis-clip {args.tis_clip:g}"
     if path.endswith(".icepop_function"):
-        return f"{is_correction_words('token', 'mask', args.tis_clip)} · --use-tis, {path}"
+        return f"{recipe.is_correction_words('token', 'mask', args.tis_clip)} · --use-tis, {path}"
     if path.endswith(".compute_mis_weights_with_cp"):
-        words = is_correction_words(getattr(args, "tis_level", "?"), getattr(args, "tis_mode", "?"),
-                                    float(getattr(args, "tis_upper_bound", 0.0)))
+        words = recipe.is_correction_words(getattr(args, "tis_level", "?"), getattr(args, "tis_mode", "?"),
+                                           float(getattr(args, "tis_upper_bound", 0.0)))
         return f"{words} · --use-tis, {path}"
     return f"custom · --custom-tis-function-path {path}"
 
@@ -179,13 +173,12 @@ def is_semantics(args: Any) -> str:
 def rollout_semantics(job_dir: Path) -> str:
     """The ``rollout mode`` aspect of a slime job: the trainer its launch.sh runs (``train_async.py``: one step off;
     ``train.py``: synchronous), in the shared words of ``spec.recipe.rollout_words``."""
-    from agentbridge.spec.recipe import rollout_words
     from agentbridge_slime.config import ASYNC_ENTRY
 
     launch = (Path(job_dir) / "launch.sh").read_text() if (Path(job_dir) / "launch.sh").is_file() else ""
     if f"$SLIME_DIR/{ASYNC_ENTRY}" in launch:
-        return f"{rollout_words('one_step_off')} · {ASYNC_ENTRY}"
-    return f"{rollout_words('sync')} · train.py"
+        return f"{recipe.rollout_words('one_step_off')} · {ASYNC_ENTRY}"
+    return f"{recipe.rollout_words('sync')} · train.py"
 
 
 def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,

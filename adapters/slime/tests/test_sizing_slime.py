@@ -36,10 +36,13 @@ def test_the_fields_are_slimes_own_flags(tmp_path: Path) -> None:
         assert [_flags(tmp_path / name, *sets).get(k) for k in FLAGS] == [1, None, None, None, 50]
 
 
-def test_an_explicit_option_decides_and_a_disagreeing_one_conflicts(tmp_path: Path) -> None:
-    assert _flags(tmp_path, *SIZED, "backend.options={micro_batch_size: 1}")["micro-batch-size"] == 1
+def test_an_option_decides_alone_and_one_that_disagrees_with_its_field_is_refused(tmp_path: Path) -> None:
+    assert _flags(tmp_path, *SIZED[1:], "backend.options={micro_batch_size: 2}")["micro-batch-size"] == 2
     spec = load_spec(ROOT / EXAMPLE, [*SMALL, *SIZED, "backend.options={micro_batch_size: 1, save_interval: 7}"])
     assert list(option_conflicts(spec, "slime", SIZING_OPTIONS)) == ["backend.options.micro_batch_size"]
+    assert [str(p) for p in SlimeBackend().check(spec)] == [
+        "backend.options.micro_batch_size: resources.micro_batch_size (2) sets it too, to another value: "
+        "remove the option or make the two agree"]
 
 
 def test_save_total_limit_is_refused_in_one_line_naming_who_can() -> None:

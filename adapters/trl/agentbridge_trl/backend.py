@@ -15,6 +15,7 @@ from agentbridge_trl.config import (
     IS_DEFAULTS,
     OPTIONS,
     RECIPE_WHY_NOT,
+    SIZING_OPTIONS,
     WHY_NOT,
     ZERO_STAGES,
     applies,
@@ -41,6 +42,7 @@ class TrlBackend(kit.Adapter):
     rollout_not_held = {"token_rewards": "GRPOTrainer keeps one reward per episode, no per-token rewards"}
     config_file = "grpo_config.json"
     recipe_why_not = RECIPE_WHY_NOT  # k1/k2, KL in the reward, one-step-off and async rollouts (config.py)
+    sizing_options = SIZING_OPTIONS
     lora_why_not = None  # model.lora: TRL's GRPOTrainer(peft_config=...) trains the adapter (agentbridge_trl.trainer)
 
     def capabilities(self) -> Capabilities:

@@ -7,9 +7,9 @@ from collections.abc import Collection
 from typing import Any
 
 from agentbridge.adapter.rollout import reward_components as core_reward_components
-from agentbridge.spec.recipe import clip_range, dual_clip
+from agentbridge.spec.recipe import clip_settings
 from agentbridge.spec.schema import Spec
-from agentbridge.spec.sizing import sized_options
+from agentbridge.spec.sizing import backend_options
 
 # How each agentbridge algorithm runs on GRPOTrainer with a custom multi-turn rollout.
 ALGORITHMS: dict[str, dict[str, Any]] = {
@@ -103,9 +103,8 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    """TRL's options: the defaults, the spec's sizing fields, then ``backend.options`` when the spec's backend is
-    TRL."""
-    return {**OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
+    """TRL's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
+    return backend_options(spec, "trl", OPTIONS, SIZING_OPTIONS)
 
 
 def reward_key(component: str) -> str:
@@ -192,18 +191,10 @@ def rl_step_plan(kwargs: dict[str, Any], processes: int, train_tasks: int) -> tu
 def recipe_kwargs(spec: Spec) -> dict[str, Any]:
     """GRPOConfig arguments of the spec's explicit recipe fields (none for a field left null: the preset's)."""
     algo = spec.algorithm
-    kwargs: dict[str, Any] = {}
-    clip = clip_range(algo)
-    if clip is not None:
-        kwargs["epsilon"], kwargs["epsilon_high"] = clip
-    if dual_clip(algo) is not None:
-        # delta caps the unclipped ratio: with a negative advantage that is dual-clip; with a positive one the
-        # clipped term (at most 1 + epsilon_high < delta) already wins
-        kwargs["delta"] = dual_clip(algo)
-    if algo.entropy_coef is not None:
-        kwargs["entropy_coef"] = algo.entropy_coef
-    if algo.max_grad_norm is not None:
-        kwargs["max_grad_norm"] = algo.max_grad_norm
+    # delta caps the unclipped ratio: with a negative advantage that is dual-clip; with a positive one the clipped
+    # term (at most 1 + epsilon_high < delta) already wins
+    kwargs = clip_settings(algo, {"clip_low": "epsilon", "clip_high": "epsilon_high", "dual_clip": "delta",
+                                  "entropy_coef": "entropy_coef", "max_grad_norm": "max_grad_norm"})
     if algo.loss_agg is not None:
         kwargs["loss_type"] = LOSS_TYPES[algo.loss_agg]
     if algo.scale_advantages is not None:

@@ -16,8 +16,7 @@ from unittest.mock import patch
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
-from agentbridge.spec import Spec
-from agentbridge.spec.recipe import is_correction_words, overlong_words, rollout_words
+from agentbridge.spec import Spec, recipe
 
 LOSS_AGGREGATION = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean over the local batch",
                     "dr_grpo": "seq-mean-token-sum-norm (max_completion_length)"}
@@ -38,16 +37,15 @@ def semantics_of(config: Any, spec: Any = None) -> dict[str, str]:
         "KL": f"k3 in the loss, coef {c.beta}" if c.beta else "none",
         "entropy bonus": entropy_semantics(c),
         "IS correction": is_semantics(c),
-        "rollout mode": f"{rollout_words('sync')} · GRPOTrainer generates each step's episodes with the current policy",
+        "rollout mode": recipe.rollout_words("sync") + " · GRPOTrainer generates each step's episodes with the current "
+                        "policy",
         "group filtering": "none",
-        "sampling": f"temperature {c.temperature}, top_p {c.top_p}, top_k {c.top_k or 'off'}",
+        "sampling": recipe.sampling_words(c.temperature, c.top_p, c.top_k),
         "lengths": f"completion {c.max_completion_length} tokens"
                    + (" · truncated completions masked" if c.mask_truncated_completions else ""),
         **({} if spec is None else {"overlong": overlong_semantics(c, spec.algorithm.overlong)}),
-        "optimizer": f"lr {c.learning_rate}, {str(schedule).removesuffix('_with_warmup')} after warmup · "
-                     f"{c.warmup_steps} warmup steps, {schedule}",
-        "grad clip": (f"max norm {c.max_grad_norm:g}" if c.max_grad_norm and c.max_grad_norm > 0 else "none")
-                     + f" · max_grad_norm {c.max_grad_norm}",
+        "optimizer": f"{recipe.optimizer_words(c.learning_rate, schedule)} · {c.warmup_steps} warmup steps, {schedule}",
+        "grad clip": f"{recipe.grad_clip_words(c.max_grad_norm)} · max_grad_norm {c.max_grad_norm}",
         "batch": batch_semantics(c, spec),
         **({} if spec is None else {"LoRA": lora_semantics(spec)}),
     }
@@ -59,7 +57,7 @@ def entropy_semantics(c: Any) -> str:
     if getattr(c, "use_adaptive_entropy", False):
         return (f"adaptive from coef {coef:g}, target entropy {c.entropy_target:g} · use_adaptive_entropy, "
                 f"entropy_coef {coef:g}")
-    return (f"coef {coef:g}" if coef else "none") + f" · entropy_coef {coef:g}"
+    return f"{recipe.entropy_words(coef)} · entropy_coef {coef:g}"
 
 
 def batch_semantics(c: Any, spec: Any = None) -> str:
@@ -72,7 +70,7 @@ def batch_semantics(c: Any, spec: Any = None) -> str:
     steps = int(c.steps_per_generation or c.gradient_accumulation_steps)
     prompts = c.per_device_train_batch_size * steps * world // c.num_generations
     mini = max(1, steps // c.gradient_accumulation_steps)
-    return (f"{prompts} prompts x {c.num_generations} samples, {c.num_iterations} epoch(s) x {mini} mini-batch(es) · "
+    return (f"{recipe.batch_words(prompts, c.num_generations, c.num_iterations, mini)} · "
             f"per_device_train_batch_size {c.per_device_train_batch_size}, steps_per_generation {steps}, "
             f"gradient_accumulation_steps {c.gradient_accumulation_steps}, num_iterations {c.num_iterations}, "
             f"{world} process(es)")
@@ -86,9 +84,7 @@ def lora_semantics(spec: Any) -> str:
     peft = lora_config(spec)
     if peft is None:
         return "full fine-tuning · peft_config None"
-    targets = peft.target_modules if isinstance(peft.target_modules, str) else " ".join(sorted(peft.target_modules))
-    words = f"rank {peft.r}, alpha {float(peft.lora_alpha):g}, targets {targets}" + (
-        f", dropout {peft.lora_dropout:g}" if peft.lora_dropout else "")
+    words = recipe.lora_words(peft.r, peft.lora_alpha, peft.target_modules, peft.lora_dropout)
     return f"{words} · peft LoraConfig(r={peft.r}, lora_alpha={peft.lora_alpha}, lora_dropout={peft.lora_dropout})"
 
 
@@ -96,7 +92,8 @@ def overlong_semantics(c: Any, overlong: Any) -> str:
     """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says (the same on
     every backend); TRL's own ``mask_truncated_completions`` (dapo's preset) also masks a completion that does not
     end in EOS."""
-    return overlong_words(overlong, *(["completions without EOS masked"] if c.mask_truncated_completions else []))
+    eos = ["completions without EOS masked"] if c.mask_truncated_completions else []
+    return recipe.overlong_words(overlong, *eos)
 
 
 def is_semantics(c: Any) -> str:
@@ -111,7 +108,7 @@ def is_semantics(c: Any) -> str:
         return f"none · use_vllm false: TRL corrects only vLLM's log-probs ({own})"
     level, _, kind = str(mode).partition("_")
     if cap is not None and low is None:
-        return f"{is_correction_words(level, kind, float(cap))} · {own}"
+        return f"{recipe.is_correction_words(level, kind, float(cap))} · {own}"
     bounds = ("no cap" if cap is None else f"cap {cap:g}") + ("" if low is None else f", floor {low:g}")
     return f"{level} {kind}, {bounds} · {own}"
 

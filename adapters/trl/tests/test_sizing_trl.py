@@ -33,12 +33,15 @@ def test_the_fields_are_grpo_configs_own_settings(small_sets: list[str]) -> None
                                    "save_steps": 50, "save_total_limit": 2}
 
 
-def test_an_explicit_option_decides_and_a_disagreeing_one_conflicts(small_sets: list[str]) -> None:
-    kwargs = _kwargs(small_sets, *SIZED, "backend.options={micro_batch_size: 4}")
+def test_an_option_decides_alone_and_one_that_disagrees_with_its_field_is_refused(small_sets: list[str]) -> None:
+    kwargs = _kwargs(small_sets, *SIZED[1:], "backend.options={micro_batch_size: 4}")
     assert kwargs["per_device_train_batch_size"] == 4 and kwargs["save_steps"] == 7
     spec = load_spec("examples/calculator.yaml", ["backend.name=trl", *small_sets, *SIZED,
                                                   "backend.options={micro_batch_size: 4, save_steps: 7}"])
     assert list(option_conflicts(spec, "trl", SIZING_OPTIONS)) == ["backend.options.micro_batch_size"]
+    assert [str(p) for p in TrlBackend().check(spec)] == [
+        "backend.options.micro_batch_size: resources.micro_batch_size (2) sets it too, to another value: "
+        "remove the option or make the two agree"]
 
 
 def test_the_memory_estimate_reads_them(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from agentbridge_verl.config import (
     REWARD_FILE,
     REWARD_MODEL_ENGINE,
     ROLLOUT_ENGINES,
+    SIZING_OPTIONS,
     agent_loop_entries,
     agent_workers,
     job_config,
@@ -56,6 +57,7 @@ class VerlBackend(kit.Adapter):
                      "generation a weight update cuts, with the new weights: set rollout.partial true"},
     }
     lora_why_not = None
+    sizing_options = SIZING_OPTIONS
     validator, conformance_module = "agentbridge_verl.validate", "agentbridge_verl.conformance"
     algorithm_probe = "agentbridge_verl.algorithm_probe"  # the training-math conformance
     step_probe = "agentbridge_verl.step_probe"

@@ -12,9 +12,9 @@ from typing import Any
 from agentbridge.adapter import flatten, set_dotted
 from agentbridge.adapter.models import RewardModelArgs, backend_served
 from agentbridge.adapter.scripts import worker_env
-from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
+from agentbridge.spec.recipe import clip_settings, kl_setting
 from agentbridge.spec.schema import Spec
-from agentbridge.spec.sizing import sized_options
+from agentbridge.spec.sizing import backend_options
 from agentbridge_verl.algorithms import (
     ALGORITHMS,
     IS_MASK_FLOOR,
@@ -64,9 +64,8 @@ def applies(spec: Spec) -> bool:
 
 
 def options(spec: Spec) -> dict[str, Any]:
-    """veRL's options: the defaults, the spec's sizing fields, then ``backend.options`` when the spec's backend is
-    veRL."""
-    return {**OPTIONS, **sized_options(spec, SIZING_OPTIONS), **(spec.backend.options if applies(spec) else {})}
+    """veRL's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
+    return backend_options(spec, "verl", OPTIONS, SIZING_OPTIONS)
 
 
 def agent_workers(spec: Spec) -> int:
@@ -170,15 +169,10 @@ def recipe_settings(spec: Spec) -> dict[str, Any]:
     """veRL keys of the spec's explicit recipe fields (none for a field left null: the preset's)."""
     algo, actor = spec.algorithm, "actor_rollout_ref.actor."
     out: dict[str, Any] = {}
-    clip = clip_range(algo)
-    if clip is not None:
-        out[actor + "clip_ratio_low"], out[actor + "clip_ratio_high"] = clip
-    if dual_clip(algo) is not None:
-        out[actor + "clip_ratio_c"] = dual_clip(algo)
-    if algo.entropy_coef is not None:
-        out[actor + "entropy_coeff"] = algo.entropy_coef
-    if algo.max_grad_norm is not None:
-        out[actor + "optim.clip_grad"] = algo.max_grad_norm  # actor.grad_clip is not read by 0.9.1's engine
+    # the gradient clip: actor.optim.clip_grad (actor.grad_clip is not read by 0.9.1's engine)
+    out.update(clip_settings(algo, {"clip_low": actor + "clip_ratio_low", "clip_high": actor + "clip_ratio_high",
+                                    "dual_clip": actor + "clip_ratio_c", "entropy_coef": actor + "entropy_coeff",
+                                    "max_grad_norm": actor + "optim.clip_grad"}))
     if algo.loss_agg is not None:
         out[actor + "loss_agg_mode"] = LOSS_AGG_MODES[algo.loss_agg]
         if algo.loss_agg == "seq_mean_token_sum_norm":

@@ -23,8 +23,7 @@ import yaml
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
-from agentbridge.spec import Spec
-from agentbridge.spec.recipe import is_correction_words, overlong_words, rollout_words
+from agentbridge.spec import Spec, recipe
 from agentbridge_verl import VERL_PIN
 from agentbridge_verl.config import (
     AGENT_LOOP_FILE,
@@ -410,25 +409,24 @@ def semantics_of(cfg: Any, spec: Any = None) -> dict[str, str]:
     level = "sequence" if actor.policy_loss.loss_mode == "gspo" else "token"
     optim = actor.optim
     schedule = optim.get("lr_scheduler_type") or optim.get("warmup_style")
+    mini = max(1, int(cfg.data.train_batch_size) // int(actor.ppo_mini_batch_size))
     return {
         "advantage": f"{advantage} · adv_estimator {a.adv_estimator}",
         "loss aggregation": str(actor.loss_agg_mode),
         "clip": f"({actor.clip_ratio_low}, {actor.clip_ratio_high}) on {level} ratios · "
                 f"loss_mode {actor.policy_loss.loss_mode}",
         "KL": "; ".join(kl) or "none",
-        "entropy bonus": (f"coef {float(actor.entropy_coeff):g}" if actor.get("entropy_coeff") else "none")
-                         + f" · actor.entropy_coeff {actor.get('entropy_coeff')}",
+        "entropy bonus": f"{recipe.entropy_words(actor.get('entropy_coeff'))} · actor.entropy_coeff "
+                         f"{actor.get('entropy_coeff')}",
         "IS correction": _is_semantics(a.get("rollout_correction")),
         "rollout mode": _rollout_semantics(cfg),
         "group filtering": "groups with equal rewards dropped" if a.filter_groups.get("enable") else "none",
-        "sampling": f"temperature {r.temperature}, top_p {r.top_p}, top_k {r.top_k if r.top_k > 0 else 'off'}",
+        "sampling": recipe.sampling_words(r.temperature, r.top_p, r.top_k),
         "lengths": f"prompt {cfg.data.max_prompt_length}, response {cfg.data.max_response_length} tokens",
         **({} if spec is None else {"overlong": _overlong_semantics(spec.algorithm.overlong)}),
-        "optimizer": f"lr {optim.lr}, {str(schedule).removesuffix('_with_warmup')} after warmup · "
-                     f"{optim.lr_warmup_steps} warmup steps, {schedule}",
+        "optimizer": f"{recipe.optimizer_words(optim.lr, schedule)} · {optim.lr_warmup_steps} warmup steps, {schedule}",
         "grad clip": _grad_clip_semantics(optim),
-        "batch": f"{cfg.data.train_batch_size} prompts x {r.n} samples, {actor.ppo_epochs} epoch(s) x "
-                 f"{max(1, int(cfg.data.train_batch_size) // int(actor.ppo_mini_batch_size))} mini-batch(es) · "
+        "batch": f"{recipe.batch_words(cfg.data.train_batch_size, r.n, actor.ppo_epochs, mini)} · "
                  f"ppo_mini_batch_size {actor.ppo_mini_batch_size} prompts, ppo_epochs {actor.ppo_epochs}",
         "LoRA": _lora_semantics(cfg.actor_rollout_ref.model),
     }
@@ -440,8 +438,7 @@ def _grad_clip_semantics(optim: Any) -> str:
     norm = optim.get("grad_clip")
     key = "actor.optim.grad_clip" if norm is not None else "actor.optim.clip_grad"
     norm = optim.get("clip_grad") if norm is None else norm
-    words = f"max norm {float(norm):g}" if norm is not None and float(norm) > 0 else "none"
-    return f"{words} · {key} {norm}"
+    return f"{recipe.grad_clip_words(norm)} · {key} {norm}"
 
 
 def _lora_semantics(model: Any) -> str:
@@ -450,16 +447,14 @@ def _lora_semantics(model: Any) -> str:
     rank = int(model.get("lora_rank", 0) or 0)
     if rank <= 0:
         return f"full fine-tuning · lora_rank {rank}"
-    targets = model.get("target_modules", "all-linear")
-    names = targets if isinstance(targets, str) else " ".join(sorted(str(t) for t in targets))
-    alpha = float(model.get("lora_alpha", 16))
-    return f"rank {rank}, alpha {alpha:g}, targets {names} · lora_rank {rank}, lora_alpha {model.get('lora_alpha')}"
+    words = recipe.lora_words(rank, model.get("lora_alpha", 16), model.get("target_modules", "all-linear"))
+    return f"{words} · lora_rank {rank}, lora_alpha {model.get('lora_alpha')}"
 
 
 def _overlong_semantics(overlong: Any) -> str:
     """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says, the same on
     every backend."""
-    return overlong_words(overlong)
+    return recipe.overlong_words(overlong)
 
 
 def _is_semantics(rc: Any) -> str:
@@ -480,7 +475,8 @@ def _is_semantics(rc: Any) -> str:
         else:
             # no weight veRL forms is below exp(-SAFETY_BOUND): a lower bound under it never bites
             low = "" if lower is None or lower < math.exp(-SAFETY_BOUND) else f" or below {lower:g}"
-            parts.append(is_correction_words(rc.rollout_is, "truncate" if lower is None else "mask", upper) + low)
+            mode = "truncate" if lower is None else "mask"
+            parts.append(recipe.is_correction_words(rc.rollout_is, mode, upper) + low)
         if rc.get("rollout_is_batch_normalize", False):
             parts[-1] += ", normalised to mean 1"
         own.append(f"rollout_is {rc.rollout_is}, rollout_is_threshold {threshold}")
@@ -497,14 +493,14 @@ def _rollout_semantics(cfg: Any) -> str:
     """The ``rollout mode`` aspect: veRL's V1 trainer mode (the legacy trainer is synchronous); an async mode's
     staleness is ``max_off_policy_threshold`` - 1 (the threshold counts the versions a trajectory spans)."""
     if not cfg.trainer.get("use_v1", True):
-        return f"{rollout_words('sync')} · legacy trainer (trainer.use_v1 false)"
+        return f"{recipe.rollout_words('sync')} · legacy trainer (trainer.use_v1 false)"
     v1 = cfg.trainer.v1
     mode = v1.get("trainer_mode", "sync")
     if mode == "sync":
-        return f"{rollout_words('sync')} · trainer.v1.trainer_mode sync"
+        return f"{recipe.rollout_words('sync')} · trainer.v1.trainer_mode sync"
     sampler = v1.get("sampler") or {}
     threshold = sampler.get("max_off_policy_threshold")  # null: no bound
-    words = rollout_words("async", None if threshold is None else int(threshold) - 1, partial=True)
+    words = recipe.rollout_words("async", None if threshold is None else int(threshold) - 1, partial=True)
     return f"{words} · trainer.v1.trainer_mode {mode}, max_off_policy_threshold {threshold}, " \
            f"{sampler.get('max_off_policy_strategy', 'drop')}"
 

@@ -40,11 +40,14 @@ def test_the_fields_are_verls_own_keys(tmp_path: Path) -> None:
     assert list(_keys(tmp_path / "unset").values()) == [1, 1, 1, None, 100, None, None, None, None]
 
 
-def test_an_explicit_option_decides_and_a_disagreeing_one_conflicts(tmp_path: Path) -> None:
-    keys = _keys(tmp_path, *SIZED, "backend.options={micro_batch_size_per_gpu: 4}")
+def test_an_option_decides_alone_and_one_that_disagrees_with_its_field_is_refused(tmp_path: Path) -> None:
+    keys = _keys(tmp_path, *SIZED[1:], "backend.options={micro_batch_size_per_gpu: 4}")
     assert keys[ARR + "actor.ppo_micro_batch_size_per_gpu"] == 4 and keys["trainer.save_freq"] == 7
     spec = load_spec(EXAMPLE, [*SMALL, *SIZED, "backend.options={micro_batch_size_per_gpu: 4}"])
     assert list(option_conflicts(spec, "verl", SIZING_OPTIONS)) == ["backend.options.micro_batch_size_per_gpu"]
+    assert [str(p) for p in VerlBackend().check(spec)] == [
+        "backend.options.micro_batch_size_per_gpu: resources.micro_batch_size (2) sets it too, to another value: "
+        "remove the option or make the two agree"]
 
 
 def test_a_sized_job_passes_verls_validators(tmp_path: Path) -> None:
