@@ -29,7 +29,8 @@ ACT_BYTES, ACT_BYTES_RECOMPUTE = 34, 2
 LOGIT_BYTES = 4  # the fp32 logits of a micro-batch (micro x sequence x vocab)
 _SIZE_IN_NAME = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[Bb](?![a-zA-Z])")
 
-# what each backend's compiled job calls its sharding, offload, micro-batch, recompute and colocated engine: the
+# what each backend's compiled job calls its sharding, offload, micro-batch, recompute and colocated engine (``swap``:
+# whether it offloads its training states while the engine generates and sleeps the engine while it trains): the
 # dotted keys looked up, in order, in the job's config files (JSON/YAML, and the --flags of launch.sh), then the
 # adapter's default (adapters/*/agentbridge_*/config.py, or the backend's own default where the adapter sets none)
 BACKENDS: dict[str, dict[str, Any]] = {
@@ -50,7 +51,7 @@ BACKENDS: dict[str, dict[str, Any]] = {
         "recompute": (["actor_rollout_ref.model.enable_gradient_checkpointing"], True),  # veRL's default
         "engine": ([], True),
         "gpu_memory_utilization": (["actor_rollout_ref.rollout.gpu_memory_utilization"], 0.5)}},
-    "openrlhf": {"sharding": "zero", "keys": {
+    "openrlhf": {"sharding": "zero", "keys": {  # colocated: DeepSpeed and vLLM sleep in turn (PPOTrainer._run_sleep)
         "zero_stage": (["ds.zero_stage", "zero_stage"], 2),
         "param_offload": ([], False),
         "optimizer_offload": (["ds.adam_offload", "adam_offload"], False),
@@ -58,23 +59,35 @@ BACKENDS: dict[str, dict[str, Any]] = {
         "micro_batch": (["train.micro_batch_size", "micro_train_batch_size"], 1),
         "recompute": (["actor.gradient_checkpointing_enable", "gradient_checkpointing"], False),
         "engine": (["train.colocate_all", "colocate_all_models"], False),
-        "gpu_memory_utilization": (["vllm.gpu_memory_utilization", "vllm_gpu_memory_utilization"], 0.6)}},
+        "gpu_memory_utilization": (["vllm.gpu_memory_utilization", "vllm_gpu_memory_utilization"], 0.6),
+        "swap": (["ds.enable_sleep", "deepspeed_enable_sleep"], False),
+        "engine_sleep": (["vllm.enable_sleep", "vllm_enable_sleep"], False)}},
     "slime": {"sharding": "megatron", "keys": {
         "tp": (["tensor-model-parallel-size"], 1),
-        "distributed_optimizer": (["use-distributed-optimizer"], False),
+        # slime always sets it (megatron_utils/arguments._set_default_megatron_args: "always use zero optimizer")
+        "distributed_optimizer": (["use-distributed-optimizer"], True),
         "optimizer_offload": (["optimizer-cpu-offload"], False),
+        "ref_offload": ([], True),  # the reference's weights wait in pinned CPU memory (TensorBackuper "ref")
         "micro_batch": (["micro-batch-size"], 1),
         "recompute": (["recompute-granularity"], False),
         "engine": (["colocate"], True),
-        "gpu_memory_utilization": (["sglang-mem-fraction-static"], 0.7)}},
+        "gpu_memory_utilization": (["sglang-mem-fraction-static"], 0.7),
+        # colocated: the actor offloaded while SGLang generates, SGLang's memory released while the actor trains
+        # (arguments.py: --colocate sets offload_train and offload_rollout unless --no-offload-train/-rollout)
+        "swap": (["offload-train"], True)}},
     "roll": {"sharding": "megatron", "keys": {  # megatron_train; fsdp2_train is read as full shard below
         "strategy": (["actor_train.strategy_args.strategy_name"], "megatron_train"),
         "tp": (["actor_train.strategy_args.strategy_config.tensor_model_parallel_size"], 1),
         "distributed_optimizer": (["actor_train.strategy_args.strategy_config.use_distributed_optimizer"], False),
+        # every worker loads its states for its phase and offloads them after (state_offload_manger): the
+        # reference waits on CPU while the actor trains; AgenticPipeline.run offloads actor_train before generating
+        # and actor_infer before training
+        "ref_offload": ([], True),
         "micro_batch": (["actor_train.training_args.per_device_train_batch_size"], 1),
         "recompute": (["actor_train.strategy_args.strategy_config.recompute_granularity"], False),
         "engine": ([], True),  # actor_train and actor_infer share the GPUs (device_mapping)
-        "gpu_memory_utilization": (["actor_infer.strategy_args.strategy_config.gpu_memory_utilization"], 0.8)}},
+        "gpu_memory_utilization": (["actor_infer.strategy_args.strategy_config.gpu_memory_utilization"], 0.8),
+        "swap": ([], True)}},
     "rlinf": {"sharding": "fsdp", "keys": {
         "param_offload": (["actor.fsdp_config.cpu_offload", "actor.enable_offload"], False),
         "optimizer_offload": (["actor.fsdp_config.cpu_offload", "actor.enable_offload"], False),
@@ -152,14 +165,17 @@ def lora_parameters(shape: dict[str, Any], rank: int, targets: list[str] | str) 
 
 def estimate(spec: Spec, *, backend: str, offload: dict[str, bool] | None = None, sharding: str = "none",
              zero_stage: int = 0, tp: int = 1, distributed_optimizer: bool = False, micro_batch: int = 1,
-             recompute: bool = False, engine_fraction: float = 0.0, gpu_gib: float | None = None) -> dict[str, Any]:
+             recompute: bool = False, engine_fraction: float = 0.0, swap: bool = False, gpu_gib: float | None = None,
+             inputs: dict[str, str] | None = None) -> dict[str, Any]:
     """The per-GPU estimate in GiB, with its formula and assumptions; ``total_gib`` None (and ``why``) when the
     model's size is unknown.
 
     ``sharding``: ``zero`` (``zero_stage`` 1: optimizer, 2: + gradients, 3: + parameters over every GPU), ``fsdp``
     (full shard: all three), ``megatron`` (parameters and gradients over ``tp``; the optimizer over every GPU with
     ``distributed_optimizer``), ``none``. ``offload``: ``{"params", "optimizer", "ref"}`` moved to CPU (their terms
-    become 0). ``engine_fraction``: the colocated vLLM/SGLang engine's gpu_memory_utilization (0: none)."""
+    become 0). ``engine_fraction``: the colocated vLLM/SGLang engine's gpu_memory_utilization (0: none). ``swap``:
+    the job offloads its training states while the engine generates and releases the engine while it trains, so
+    the peak is the larger phase, not their sum. ``inputs``: where each setting came from (recorded as given)."""
     offload = offload or {}
     gpus = max(1, spec.resources.nodes * spec.resources.gpus_per_node)
     gpu_gib = float(gpu_gib or spec.backend.options.get(GPU_GIB_OPTION) or DEFAULT_GPU_GIB)
@@ -203,6 +219,9 @@ def estimate(spec: Spec, *, backend: str, offload: dict[str, bool] | None = None
         "activations": activations,
     }
     gib = {k: round(v / GIB, 2) for k, v in gib.items()}
+    training = round(sum(v for k, v in gib.items() if k != "inference_engine"), 2)
+    generation = round(gib["inference_engine"] + gib["reference"], 2)
+    total = round(max(training, generation), 2) if swap else round(sum(gib.values()), 2)
     act_const = (f"({ACT_BYTES_RECOMPUTE} x layers + {ACT_BYTES}) bytes: recompute keeps each layer's input, rebuilds "
                  f"one layer at a time" if recompute else f"{ACT_BYTES} x layers bytes: no recompute")
     return {
@@ -214,8 +233,11 @@ def estimate(spec: Spec, *, backend: str, offload: dict[str, bool] | None = None
         "sharding": how,
         "offload": {k: bool(offload.get(k)) for k in ("params", "optimizer", "ref")},
         "recompute": recompute,
+        "swap": swap,
+        **({"inputs": inputs} if inputs else {}),
         "gib": gib,
-        "total_gib": round(sum(gib.values()), 2),
+        **({"phases": {"training": training, "generation": generation}} if swap else {}),
+        "total_gib": total,
         "formula": [
             f"parameters = parameters x {PARAM_BYTES} bytes / {p_div} (sharding){' + the LoRA adapter' if lora else ''}"
             ", 0 when offloaded",
@@ -229,11 +251,15 @@ def estimate(spec: Spec, *, backend: str, offload: dict[str, bool] | None = None
             f"activations = micro-batch {micro_batch} x sequence {seq} (prompt + response tokens) x hidden {h} x "
             f"{act_const}" + (f" / tensor parallel {tp}" if tp > 1 else "")
             + (f" + micro-batch x sequence x vocab {vocab} x {LOGIT_BYTES} bytes (fp32 logits)" if vocab else ""),
+            "total = max(training: every term but inference_engine, generation: inference_engine + reference): the "
+            "job offloads its training states while the engine generates and releases the engine while it trains"
+            if swap else "total = the sum of the terms: they share the GPU at once",
         ],
         "assumptions": [
             "bf16 parameters and gradients, Adam with fp32 master weights and moments",
             f"GPU memory {gpu_source}",
-            "the colocated engine's reservation counted in full, as if it stayed awake while training",
+            "the colocated engine's reservation counted in full" + (" while it generates" if swap else
+                                                                      ", as if it stayed awake while training"),
             "no allocator fragmentation, CUDA context or communication buffers (a few GiB more in practice)",
         ],
     }
@@ -293,15 +319,29 @@ def _truthy(value: Any) -> bool:
 
 def job_settings(backend: str, config: dict[str, Any]) -> dict[str, Any]:
     """The :func:`estimate` keywords of a ``backend`` job, read from its ``config`` (:func:`job_config`) through
-    :data:`BACKENDS`; an unknown backend is estimated unsharded, without an engine."""
+    :data:`BACKENDS`; an unknown backend is estimated unsharded, without an engine. ``inputs`` says, for each
+    setting, the job's key it was read from or that it is the default."""
     entry = BACKENDS.get(backend, {"sharding": "none", "keys": {}})
+    inputs: dict[str, str] = {}
 
     def get(field: str, default: Any = None) -> Any:
         keys, fallback = entry["keys"].get(field, ([], default))
         for key in keys:
             if key in config and config[key] is not None:
+                inputs[field] = f"{key}: {config[key]}"
                 return config[key]
+        if field in entry["keys"]:
+            inputs[field] = f"default: {fallback}"
         return fallback
+
+    def offloaded(field: str) -> bool:  # offloaded when any of its keys says so (RLinf has two)
+        keys, fallback = entry["keys"].get(field, ([], False))
+        found = [key for key in keys if key in config and config[key] is not None]
+        if not found:
+            return _truthy(get(field, False))
+        chosen = next((key for key in found if _truthy(config[key])), found[0])
+        inputs[field] = f"{chosen}: {config[chosen]}"
+        return _truthy(config[chosen])
 
     sharding = entry["sharding"]
     if backend == "roll" and "fsdp" in str(get("strategy")):
@@ -316,17 +356,22 @@ def job_settings(backend: str, config: dict[str, Any]) -> dict[str, Any]:
         zero_stage = int(get("zero_stage", 0) or 0)
     except (TypeError, ValueError):
         zero_stage = 0
+    engine_fraction = float(get("gpu_memory_utilization", 0.0) or 0.0) if engine else 0.0
+    swap = bool(engine_fraction) and _truthy(get("swap", False)) and _truthy(get("engine_sleep", True))
+    if backend == "slime" and any(_truthy(config.get(f"no-offload-{x}", False)) for x in ("train", "rollout")):
+        swap = False
     return {
         "sharding": sharding,
         "zero_stage": zero_stage,
         "tp": int(get("tp", 1) or 1),
         "distributed_optimizer": _truthy(get("distributed_optimizer", False)),
-        "offload": {"params": _truthy(get("param_offload", False)),
-                    "optimizer": _truthy(get("optimizer_offload", False)),
-                    "ref": _truthy(get("ref_offload", False))},
+        "offload": {"params": offloaded("param_offload"), "optimizer": offloaded("optimizer_offload"),
+                    "ref": offloaded("ref_offload")},
         "micro_batch": max(1, int(get("micro_batch", 1) or 1)),
         "recompute": recompute,
-        "engine_fraction": float(get("gpu_memory_utilization", 0.0) or 0.0) if engine else 0.0,
+        "engine_fraction": engine_fraction,
+        "swap": swap,
+        "inputs": dict(sorted(inputs.items())),
     }
 
 

@@ -63,7 +63,7 @@ def test_the_arithmetic_unsharded(fake_3b: Path) -> None:
     assert gib["activations"] == round((seq * 2048 * 34 * 36 + seq * 151936 * 4) / GIB, 2)
     assert memory["total_gib"] == pytest.approx(sum(gib.values()), abs=0.05)
     assert memory["gpu_memory_gib"] == 80.0 and "default" in memory["gpu_memory"]
-    assert any("bf16" in a for a in memory["assumptions"]) and len(memory["formula"]) == 6
+    assert any("bf16" in a for a in memory["assumptions"]) and len(memory["formula"]) == 7
     recompute = estimate(spec, backend="trl", recompute=True)["gib"]["activations"]
     assert recompute < gib["activations"] / 2
     engine = estimate(spec, backend="verl", engine_fraction=0.5)["gib"]["inference_engine"]
@@ -143,3 +143,70 @@ def test_check_warns_when_a_70b_model_does_not_fit_one_gpu(tmp_path: Path) -> No
     assert lines[0].startswith(f"warning: {job}: the estimated ")
     assert "params " in lines[0] and "optimizer " in lines[0] and lines[0].endswith(
         "exceeds 80 GiB: offload, shard or use LoRA")
+
+
+def _compiled(backend: str, gpus: int, tmp_path: Path, *overrides: str) -> dict:
+    """memory_per_gpu of calculator.gpu's job for ``backend`` on one node of ``gpus`` GPUs, the spec's backend set
+    to it (so that ``overrides``, ``backend.overrides.KEY=VALUE``, apply)."""
+    from click.testing import CliRunner
+
+    from agentbridge.cli import main
+
+    sets = [f"resources.gpus_per_node={gpus}", "resources.nodes=1", f"backend.name={backend}", "backend.options={}",
+            *overrides]
+    job = tmp_path / f"{backend}-{gpus}-{len(overrides)}"
+    result = CliRunner().invoke(main, ["compile", GPU_SPEC, "--backend", backend, "-o", str(job),
+                                       *[x for s in sets for x in ("--set", s)]])
+    assert result.exit_code == 0, result.output
+    return json.loads((job / "manifest.json").read_text())["memory_per_gpu"]
+
+
+@pytest.mark.parametrize("gpus", [1, 8])
+@pytest.mark.parametrize("backend", ["trl", "verl", "openrlhf", "slime", "roll", "rlinf"])
+def test_every_backend_fits_a_3b_model_in_80_gib(backend: str, gpus: int, tmp_path: Path) -> None:
+    memory = _compiled(backend, gpus, tmp_path)
+    assert memory["parameters"] >= 3e9 and memory["gpus"] == gpus
+    assert 0 < memory["total_gib"] <= 80.0, memory["gib"]
+    assert over_budget(memory) is None
+
+
+def test_the_memory_settings_each_job_chose_are_read(tmp_path: Path) -> None:
+    """Each setting a GPU job makes for its memory is what the estimate reads: turning it off by an override raises
+    the estimate (or, where the job swaps the engine and the trainer, its training phase)."""
+    verl = _compiled("verl", 1, tmp_path)
+    assert verl["offload"] == {"params": True, "optimizer": True, "ref": False}
+    assert verl["inputs"]["param_offload"].startswith("actor_rollout_ref.actor.fsdp_config.param_offload: True")
+    key = "backend.overrides.actor_rollout_ref.actor.fsdp_config."
+    assert _compiled("verl", 1, tmp_path, key + "param_offload=false")["total_gib"] > verl["total_gib"]
+    assert _compiled("verl", 1, tmp_path, key + "optimizer_offload=false")["total_gib"] > verl["total_gib"]
+
+    rlinf = _compiled("rlinf", 1, tmp_path)
+    assert rlinf["offload"]["optimizer"] is True
+    assert _compiled("rlinf", 1, tmp_path, "backend.overrides.actor.enable_offload=false")["total_gib"] > \
+        rlinf["total_gib"]
+
+    roll = _compiled("roll", 8, tmp_path)
+    assert "distributed optimizer over 8" in roll["sharding"] and roll["swap"] is True
+    off = _compiled("roll", 8, tmp_path, "backend.overrides.actor_train.strategy_args.strategy_config."
+                                         "use_distributed_optimizer=false")
+    assert off["gib"]["optimizer"] > roll["gib"]["optimizer"]
+    assert off["phases"]["training"] > roll["phases"]["training"]
+
+    slime = _compiled("slime", 8, tmp_path)  # slime shards its optimizer whatever the flags say: the flag is read
+    assert slime["inputs"]["distributed_optimizer"] == "use-distributed-optimizer: True"
+    assert "distributed optimizer over 8" in slime["sharding"] and slime["swap"] is True
+    assert _compiled("slime", 8, tmp_path, "backend.overrides.no-offload-train=true")["total_gib"] > \
+        slime["total_gib"]
+
+
+def test_a_swapping_job_peaks_at_its_larger_phase(fake_3b: Path) -> None:
+    spec = _spec(f"model.path={fake_3b}", nodes=1, gpus=8)
+    summed = estimate(spec, backend="roll", sharding="megatron", distributed_optimizer=True, engine_fraction=0.8)
+    swapped = estimate(spec, backend="roll", sharding="megatron", distributed_optimizer=True, engine_fraction=0.8,
+                       swap=True)
+    assert swapped["gib"] == summed["gib"] and swapped["swap"] is True
+    training = sum(v for k, v in swapped["gib"].items() if k != "inference_engine")
+    assert swapped["phases"]["training"] == pytest.approx(training, abs=0.05)
+    assert swapped["total_gib"] == max(swapped["phases"].values()) == 64.0
+    assert summed["total_gib"] == pytest.approx(sum(summed["gib"].values()), abs=0.05) and "phases" not in summed
+    assert any(line.startswith("total = max(") for line in swapped["formula"])

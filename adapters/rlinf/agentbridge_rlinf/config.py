@@ -125,6 +125,11 @@ def gpus_per_node(spec: Spec) -> int:
     return max(1, spec.resources.gpus_per_node)
 
 
+def one_gpu(spec: Spec) -> bool:
+    """Whether the spec is a GPU job on a single GPU."""
+    return spec.resources.gpus_per_node > 0 and spec.resources.nodes * spec.resources.gpus_per_node == 1
+
+
 def settings(spec: Spec) -> dict[str, Any]:
     """Every RLinf key this spec sets, dotted, before ``backend.overrides``."""
     algo, agent, opts = spec.algorithm, spec.agent, options(spec)
@@ -232,7 +237,10 @@ def settings(spec: Spec) -> dict[str, Any]:
         "actor.training_backend": opts["training_backend"],
         "actor.calculate_flops": False,
         "actor.seed": spec.seed,
-        "actor.enable_offload": False,
+        # a GPU job on one GPU: FSDP has nothing to shard over, so the actor's weights, gradients and Adam state go
+        # to CPU while the rollout engine generates (FSDPActor: offload_param_and_grad, offload_optimizer between
+        # phases, collocated placement); agentbridge.memory reads it
+        "actor.enable_offload": one_gpu(spec),
         "actor.sync_precision": "${rollout.model.precision}",
         "actor.model": {"model_type": "${rollout.model.model_type}", "model_path": "${rollout.model.model_path}",
                         "precision": "fp32", "seq_length": "${runner.seq_length}",

@@ -65,3 +65,13 @@ def test_save_total_limit_is_refused_in_one_line_naming_who_can() -> None:
 def test_rlinfs_validator_accepts_a_sized_job(tmp_path: Path) -> None:
     report = RlinfBackend().validate(compile_job(tmp_path / "job", *SIZED))
     assert report.ok, [str(p) for p in report.problems]
+
+
+def test_a_one_gpu_job_offloads_the_actor() -> None:
+    from agentbridge_rlinf.config import settings
+
+    def offload(gpus: int) -> bool:
+        spec = load_spec("examples/calculator.gpu.yaml", ["resources.nodes=1", f"resources.gpus_per_node={gpus}"])
+        return bool(settings(spec)["actor.enable_offload"])
+
+    assert offload(1) is True and offload(8) is False and offload(0) is False

@@ -54,6 +54,9 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
 # the training workers' recompute (_worker), save_total_limit max_ckpt_to_keep (BasePipeline._cleanup_old_checkpoints)
 SIZING_OPTIONS = {"micro_batch_size": "micro_batch_size", "save_steps": "save_steps"}
 MEGATRON_RECOMPUTE = {"recompute_granularity": "full"}  # mcore_adapter: every layer, uniform, as ROLL's examples
+# a GPU job's Megatron training workers: the optimizer sharded over the data-parallel GPUs, as every Megatron recipe
+# of ROLL's sets (examples/*/*.yaml: strategy_config.use_distributed_optimizer: true); agentbridge.memory reads it
+MEGATRON_MEMORY = {"use_distributed_optimizer": True}
 GROUPED = ("grpo", "dr_grpo", "dapo")
 # algorithm.loss_agg -> loss_agg_mode (roll/utils/functionals.agg_loss); seq_mean_token_sum_norm is refused: ROLL
 # divides by the padded width, not agent.max_response_tokens (its dr_grpo preset keeps that, with a note)
@@ -174,12 +177,14 @@ def _worker(spec: Spec, strategy: str, *, dtype: str, train: bool, micro: int = 
             gpus_of: range | None = None) -> dict[str, Any]:
     """One ROLL worker section (``WorkerConfig``) on ``gpus_of`` (the training workers' GPUs by default); a training
     one recomputes activations as ``resources.gradient_checkpointing`` says (null: ROLL's default, on for FSDP2's HF
-    model, off for Megatron)."""
+    model, off for Megatron), and a Megatron one of a GPU job shards its optimizer (``MEGATRON_MEMORY``)."""
     algo, recompute = spec.algorithm, spec.resources.gradient_checkpointing
+    megatron = train and strategy == "megatron_train"
+    strategy_config = {**(MEGATRON_MEMORY if megatron and spec.resources.gpus_per_node > 0 else {}),
+                       **(MEGATRON_RECOMPUTE if megatron and recompute else {})}
     section: dict[str, Any] = {
         "model_args": {"dtype": dtype, "disable_gradient_checkpointing": not train or recompute is False},
-        "strategy_args": {"strategy_name": strategy, "strategy_config": dict(
-            MEGATRON_RECOMPUTE if train and recompute and strategy == "megatron_train" else {})},
+        "strategy_args": {"strategy_name": strategy, "strategy_config": strategy_config},
         "device_mapping": device_mapping(spec, gpus_of if gpus_of is not None else train_gpus(spec)),
     }
     if train:

@@ -60,3 +60,20 @@ def test_an_option_decides_alone_and_one_that_disagrees_with_its_field_is_refuse
 def test_rolls_config_accepts_a_sized_job(tmp_path: Path) -> None:
     report = RollBackend().validate(compile_job(tmp_path / "job", *SIZED))
     assert report.ok, [str(p) for p in report.problems]
+
+
+def test_a_gpu_megatron_job_uses_the_distributed_optimizer() -> None:
+    from agentbridge_roll.config import job_config
+
+    def config(gpus: int, *sets: str) -> dict[str, Any]:
+        return flatten(job_config(load_spec("examples/calculator.gpu.yaml", [
+            "resources.nodes=1", f"resources.gpus_per_node={gpus}", "backend.name=roll", "backend.options={}",
+            *sets])))
+
+    key = "actor_train.strategy_args.strategy_config.use_distributed_optimizer"
+    assert config(1)[key] is True and config(8)[key] is True
+    assert key not in config(0)  # a CPU job
+    assert key not in config(8, "backend.options.training_strategy=fsdp2_train")
+    assert config(8, f"backend.overrides.{key}=false")[key] is False
+    assert job_settings("roll", config(8))["distributed_optimizer"] is True
+    assert config(8)["actor_train.strategy_args.strategy_config.recompute_granularity"] == "full"

@@ -80,6 +80,10 @@ SIZING_OPTIONS = {"micro_batch_size": "micro_batch_size", "save_steps": "save_in
 SIZING_WHY_NOT = {"save_total_limit": "slime's --save writes a Megatron checkpoint every --save-interval rollouts "
                                       "and neither slime nor Megatron-LM has a flag that deletes older ones"}
 RECOMPUTE = {"recompute-granularity": "full", "recompute-method": "uniform", "recompute-num-layers": 1}
+# a GPU job's memory (agentbridge.memory): the optimizer sharded over the data-parallel GPUs. slime sets it whatever
+# the command line says (megatron_utils/arguments._set_default_megatron_args: "always use zero optimizer"); the job
+# names it so that the flags say what runs
+MEMORY_FLAGS = {"use-distributed-optimizer": True}
 GROUPED = ("grpo", "dr_grpo", "dapo", "gspo")
 # why slime cannot run the others (the capability error says it, naming the backends that can)
 WHY_NOT = {"rloo": "slime's --advantage-estimator has no leave-one-out baseline (grpo, gspo, cispo, "
@@ -212,6 +216,8 @@ def settings(spec: Spec) -> dict[str, Any]:
     }
     if spec.resources.gradient_checkpointing:
         flags.update(RECOMPUTE)
+    if spec.resources.gpus_per_node > 0:
+        flags.update(MEMORY_FLAGS)
     flags.update(ALGORITHMS.get(algo.name, {}))
     if algo.name == "dapo":
         flags["over-sampling-batch-size"] = algo.batch_size

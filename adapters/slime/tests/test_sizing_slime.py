@@ -51,3 +51,16 @@ def test_save_total_limit_is_refused_in_one_line_naming_who_can() -> None:
     assert line.startswith("resources.save_total_limit: slime cannot run grpo with save_total_limit 2 (slime's "
                            "--save writes"), line
     assert_refusal_names_who_can(line, "resources.save_total_limit", spec, "slime")
+
+
+def test_a_gpu_job_names_the_distributed_optimizer() -> None:
+    from agentbridge_slime.config import job_config
+
+    def flags(gpus: int, *sets: str) -> dict[str, Any]:
+        return job_config(load_spec("examples/calculator.gpu.yaml", [
+            "resources.nodes=1", f"resources.gpus_per_node={gpus}", "backend.name=slime", "backend.options={}", *sets]))
+
+    assert flags(1)["use-distributed-optimizer"] is True and flags(8)["use-distributed-optimizer"] is True
+    assert "use-distributed-optimizer" not in flags(0)  # a CPU job
+    assert "use-distributed-optimizer" not in flags(8, "backend.overrides.use-distributed-optimizer=false")
+    assert job_settings("slime", flags(8))["distributed_optimizer"] is True

@@ -149,7 +149,26 @@ def trainer_settings(spec: Spec) -> dict[str, Any]:
             "critic.ppo_micro_batch_size_per_gpu": micro,
         })
     settings.update(sizing_settings(spec))
+    settings.update(memory_settings(spec))
     return settings
+
+
+# a GPU job on one GPU: FSDP has nothing to shard over, and the actor's weights and Adam state would share the GPU
+# with vLLM's reservation (veRL keeps them there while it generates unless offloaded): veRL's FSDP offload (engine/
+# fsdp.yaml: param_offload, optimizer_offload "trade speed for memory"; its GRPO recipes offload the reference the
+# same way). agentbridge.memory reads these keys
+ONE_GPU_OFFLOAD = {"actor_rollout_ref.actor.fsdp_config.param_offload": True,
+                   "actor_rollout_ref.actor.fsdp_config.optimizer_offload": True}
+REF_OFFLOAD = {"actor_rollout_ref.ref.fsdp_config.param_offload": True}
+
+
+def memory_settings(spec: Spec) -> dict[str, Any]:
+    """veRL's offload for a GPU job on a single GPU (none otherwise): the actor's weights and optimizer state, and
+    the reference's weights when there is one (KL); ``backend.overrides`` still win."""
+    res = spec.resources
+    if res.gpus_per_node <= 0 or res.nodes * res.gpus_per_node > 1:
+        return {}
+    return {**ONE_GPU_OFFLOAD, **(REF_OFFLOAD if spec.algorithm.kl_coef > 0 else {})}
 
 
 def sizing_settings(spec: Spec) -> dict[str, Any]:

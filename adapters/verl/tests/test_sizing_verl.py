@@ -64,3 +64,18 @@ def test_the_memory_estimate_reads_them(tmp_path: Path) -> None:
     VerlBackend().compile(spec, tmp_path / "job")
     memory = estimate_job(spec, "verl", tmp_path / "job")
     assert (memory["micro_batch"], memory["recompute"]) == (8, False)
+
+
+def test_a_one_gpu_job_offloads_the_actor_and_the_reference() -> None:
+    from agentbridge_verl.config import trainer_settings
+
+    def spec(gpus: int, *sets: str) -> Any:
+        return load_spec("examples/calculator.gpu.yaml", ["resources.nodes=1", f"resources.gpus_per_node={gpus}",
+                                                          "backend.name=verl", "backend.options={}", *sets])
+
+    actor = "actor_rollout_ref.actor.fsdp_config."
+    one = trainer_settings(spec(1, "algorithm.kl_coef=0.001"))
+    assert one[actor + "param_offload"] is True and one[actor + "optimizer_offload"] is True
+    assert one["actor_rollout_ref.ref.fsdp_config.param_offload"] is True
+    assert not any(k.endswith("_offload") for k in trainer_settings(spec(8)))  # FSDP shards over 8 GPUs
+    assert not any(k.endswith("_offload") for k in trainer_settings(spec(0)))  # a CPU job
