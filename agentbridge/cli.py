@@ -215,15 +215,16 @@ def rollout(spec_path: str, policy_kind: str, episodes: int, out: str | None, sp
     from agentbridge.plugins import PluginError
     from agentbridge.rollout.agent import Agent
     from agentbridge.runs import batch_metrics, manifest, text_hash, write_jsonl
-    from agentbridge.spec import spec_hash
+    from agentbridge.spec import set_label, spec_hash
     from agentbridge.tools import DEFAULT_MAX_FAILURE_RATE, tool_failure_rate
 
     console = Console(stderr=True)
     # --record/--replay DIR set environment.record/replay; as a JSON string (a YAML string) DIR is never a number
-    flags = {f"--set environment.{key}={json.dumps(value)}": f"--{key} {value}"
+    items = {f"environment.{key}={json.dumps(value)}": f"--{key} {value}"
              for key, value in (("record", record), ("replay", replay)) if value is not None}
+    flags = {set_label(item): flag for item, flag in items.items()}  # as a problem names the item
     try:
-        spec = _spec(spec_path, (*sets, *(item.removeprefix("--set ") for item in flags)))
+        spec = _spec(spec_path, (*sets, *items))
     except SpecError as e:  # blame the flag the user gave
         problems = [next((line.replace(item, flag) for item, flag in flags.items() if item in line), line)
                     for line in e.problems]

@@ -266,3 +266,16 @@ def test_rollout_record_and_replay_flags_end_to_end(tmp_path: Path) -> None:
         "(record one with agentbridge rollout SPEC --record DIR)"]
     both = cli("rollout", CALCULATOR, "-n", "2", "--replay", str(rec), "--record", str(tmp_path / "again"))
     assert both.returncode == 1 and "give at most one of 'record' and 'replay'" in both.stderr
+
+
+def test_a_long_replay_path_is_still_blamed_on_the_flag(tmp_path: Path) -> None:
+    """A problem names a --set item shortened past 100 characters; the --replay flag is still the one blamed."""
+    from click.testing import CliRunner
+
+    from agentbridge.cli import main as cli
+
+    nowhere = tmp_path / ("d" * 120)
+    result = CliRunner().invoke(cli, ["rollout", "examples/calculator.yaml", "--replay", str(nowhere)])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert lines and lines[0].startswith(f"error: --replay {nowhere}: environment.replay: no such directory"), lines

@@ -12,6 +12,7 @@ from agentbridge.spec.load import (
     locate,
     parse_spec,
     runs_listed_tools,
+    set_label,
     spec_hash,
 )
 from agentbridge.spec.schema import (
@@ -62,5 +63,5 @@ __all__ = [
     "LoggingSpec", "ModelSpec", "ResourcesSpec", "RewardSpec", "SamplingSpec", "Spec", "SpecError", "TRACKERS",
     "WarmStartSpec",
     "apply_overrides", "dump_spec", "json_schema", "load_spec", "locate", "parse_spec", "runs_listed_tools",
-    "spec_hash",
+    "set_label", "spec_hash",
 ]

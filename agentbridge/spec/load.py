@@ -301,7 +301,8 @@ def _nesting(value: Any) -> int:
     return 0
 
 
-def _set_label(item: str) -> str:
+def set_label(item: str) -> str:
+    """How a problem names the ``--set`` item ``item`` (shortened past 100 characters)."""
     return f"--set {_short(item, 100)}"
 
 
@@ -311,26 +312,26 @@ def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[tuple[str, ..
     touched: dict[tuple[str, ...], str] = {}
     for item in sets:
         if "=" not in item or not item.split("=", 1)[0].strip():
-            raise SpecError([f"{_set_label(item)}: expected dotted.key=value"])
+            raise SpecError([f"{set_label(item)}: expected dotted.key=value"])
         key, raw = item.split("=", 1)
         parts = key.strip().split(".")
         if len(parts) > MAX_DEPTH:
-            raise SpecError([f"{_set_label(item)}: the key is {len(parts)} levels deep; a spec nests at most "
+            raise SpecError([f"{set_label(item)}: the key is {len(parts)} levels deep; a spec nests at most "
                              f"{MAX_DEPTH}"])
         if not all(part.strip() for part in parts):
-            raise SpecError([f"{_set_label(item)}: the key '{_short(key.strip())}' has an empty part (two dots in "
+            raise SpecError([f"{set_label(item)}: the key '{_short(key.strip())}' has an empty part (two dots in "
                              f"a row, or a dot at an end)"])
         try:
             value = _read_yaml(raw)[0] if raw.strip() else ""
         except yaml.YAMLError as e:
-            raise SpecError([f"{_set_label(item)}: value is not valid YAML ({_yaml_problem(e, raw)[1]})"]) from None
+            raise SpecError([f"{set_label(item)}: value is not valid YAML ({_yaml_problem(e, raw)[1]})"]) from None
         if len(parts) + _nesting(value) > MAX_DEPTH:
-            raise SpecError([f"{_set_label(item)}: the key ({len(parts)} levels) and its value nest the spec more "
+            raise SpecError([f"{set_label(item)}: the key ({len(parts)} levels) and its value nest the spec more "
                              f"than {MAX_DEPTH} levels deep"])
         try:
             path = _set_path(data, key.strip(), value)
         except KeyError as e:
-            raise SpecError([f"{_set_label(item)}: {e.args[0]}"]) from None
+            raise SpecError([f"{set_label(item)}: {e.args[0]}"]) from None
         touched.pop(path, None)
         touched[path] = item
     return touched
@@ -474,11 +475,11 @@ def _where(loc: tuple[Any, ...], source: str, lines: dict[tuple[Any, ...], int],
     as_str = tuple(str(p) for p in loc)
     for path, item in reversed(list(overridden.items())):
         if as_str[: len(path)] == path:
-            return _set_label(item)
+            return set_label(item)
     found = next((loc[:n] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
     where = f"{source}:{lines[found]}" if found is not None else source
     inside = [item for path, item in overridden.items() if as_str and path[: len(as_str)] == as_str]
-    return f"{where} (after {_set_label(inside[-1])})" if inside else where
+    return f"{where} (after {set_label(inside[-1])})" if inside else where
 
 
 def parse_spec(data: Any, source: str = "<spec>", lines: dict[tuple[Any, ...], int] | None = None,
