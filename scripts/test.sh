@@ -14,9 +14,13 @@ took() { times+=("$1 $(( $(date +%s) - $2 ))s"); }
 t=$(date +%s)
 scripts/system-deps.sh > .agentbridge/system-deps.log 2>&1 &
 sysdeps=$!
-scripts/install.sh pytest hypothesis ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML "tensorboard>=2.14" mkdocs==1.6.1 mkdocs-material==9.8.2
+scripts/install.sh pytest pytest-xdist==3.8.0 hypothesis ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML "tensorboard>=2.14" mkdocs==1.6.1 mkdocs-material==9.8.2
 took ".venv" "$t"
 source scripts/uv-env.sh   # the backends' and plugins' environments below install with uv, as .venv did
+# ... but not byte-compiled whole: their tests import a part of each (transformers, ray), and with writing allowed
+# Python compiles and keeps what is imported on first use (PYTHONDONTWRITEBYTECODE is set on this project's machines)
+export UV_COMPILE_BYTECODE=0
+unset PYTHONDONTWRITEBYTECODE
 # beside the linters, each in the background with its own log: the backends' environments (mostly unpacking and
 # byte-compiling; each adapter's test.sh then finds its environment up to date), DeepSpeed's wheel (an sdist built
 # against .venv's torch, so that the TRL GPU profiles' ZeRO-3 config is built and checked) and the OpenEnv server's
@@ -81,10 +85,18 @@ took "environments (all, side by side)" "$t"
 adapters=$!
 t=$(date +%s)
 echo "[test] pytest (core, plugins, example packages, TRL, slime and ROLL adapters; the backends' suites beside it)"
+# two workers, a file at a time each (module fixtures are built once), the longest files first so that neither
+# worker is left alone with a long file at the end; the longest are named here, in the order of their measured
+# wall time (bench/RESULTS.md), and pytest collects a file named twice once
+longest=(adapters/trl/tests/test_learning_guard.py tests/test_phases.py adapters/trl/tests/test_trl_deepspeed.py
+         plugins/gui/tests/test_pool.py adapters/trl/tests/test_trl_multirank.py
+         plugins/verifiers/tests/test_verifiers_bridge.py plugins/textworld/tests/test_textworld_bridge.py
+         plugins/openenv/tests/test_openenv_bridge.py tests/test_compare.py adapters/trl/tests/test_rl_guard.py)
 suites=(tests plugins/*/tests examples/plugin-package/tests examples/backend-package/tests adapters/trl/tests
         adapters/slime/tests adapters/roll/tests)
 core=0
-.venv/bin/python -m pytest -q --durations=25 "${suites[@]}" "$@" || core=$?
+.venv/bin/python -m pytest -q --durations=25 -n 2 --dist loadfile --no-loadscope-reorder "${longest[@]}" \
+  "${suites[@]}" "$@" || core=$?
 took "core pytest" "$t"
 backends=0
 wait "$adapters" || backends=$?
