@@ -5,8 +5,9 @@ adapter as kit``).
 - ``scripts``: :func:`write_script`, :func:`shell_quote`, :func:`default_line`, :func:`model_line`,
   :func:`ray_submit_lines`: every value from a spec quoted;
 - ``checks``: algorithm, options, owned overrides, recipe, groups, images; :func:`foreign_note`;
-- ``validation``: a validator's start (:func:`begin_validation`, :func:`agent_check`), its backend's chatter muted
-  (:func:`muted`), a Hydra config composed (:func:`compose_hydra`) and the JSON protocol between environments
+- ``validation``: a validator's sequence (:func:`validate_with`), its start (:func:`begin_validation`,
+  :func:`agent_check`), its backend's chatter muted (:func:`muted`), a Hydra config composed (:func:`compose_hydra`,
+  :func:`composed`) and the JSON protocol between environments
   (:func:`run_validator`, :func:`validate_in`, :func:`validator_main`);
 - ``job``: :func:`new_job`, :func:`job_spec`, :func:`launch_job`, :func:`set_dotted`, :func:`flatten`;
 - ``tasks``: the task codec (:data:`TASK_KEY`, :func:`encode_task`, :func:`decode_task`);
@@ -60,12 +61,14 @@ from agentbridge.adapter.validation import (
     agent_check,
     begin_validation,
     compose_hydra,
+    composed,
     first_line,
     local_model_path,
     muted,
     muted_check,
     run_validator,
     validate_in,
+    validate_with,
     validator_main,
 )
 
@@ -92,12 +95,12 @@ __all__ = [
     "Capabilities", "Job", "JobError", "Problem", "Report", "append_jsonl", "backend_python", "get_plugins",
     "read_jsonl", "write_jsonl",
     "Adapter", "Draft", "JobCheck", "SCRIPT_HEAD", "TASK_KEY", "agent_check", "algorithm_check", "begin_validation",
-    "compose_hydra", "decode_task", "default_line", "encode_task", "first_line", "flatten", "foreign_note",
+    "compose_hydra", "composed", "decode_task", "default_line", "encode_task", "first_line", "flatten", "foreign_note",
     "group_problem", "job_spec", "launch_job", "local_model_path", "model_line", "multimodal_problem", "muted",
     "muted_check", "new_job", "option_problems", "owned_override_problems", "ray_cluster_nodes", "ray_submit_lines",
     "recipe_problems",
-    "run_dir_lines", "run_validator", "set_dotted", "shell_quote", "unknown_options", "validate_in", "validator_main",
-    "write_script",
+    "run_dir_lines", "run_validator", "set_dotted", "shell_quote", "unknown_options", "validate_in", "validate_with",
+    "validator_main", "write_script",
 ]
 
 

@@ -16,6 +16,7 @@ files and its scripts' lines. The base runs the sequences:
 
 from __future__ import annotations
 
+import copy
 import importlib
 import sys
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from pydantic import BaseModel
 
 from agentbridge.adapter import checks
 from agentbridge.adapter.job import launch_job, new_job
-from agentbridge.adapter.scripts import write_script
+from agentbridge.adapter.scripts import entry_script, write_script
 from agentbridge.adapter.validation import run_validator
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.env import Task
@@ -71,6 +72,8 @@ class Adapter:
     version: ClassVar[str]  # the adapter's version
     pin: ClassVar[str | None] = None  # the backend package's pinned version (None: not on the package index)
     algorithms: ClassVar[Mapping[str, Any]] = {}  # what it runs (keys)
+    # the other Capabilities fields it sets (async_rollout, scale_out, notes, ...), for the default capabilities()
+    capability_fields: ClassVar[Mapping[str, Any]] = {}
     why_not: ClassVar[Mapping[str, str]] = {}  # algorithm it does not run -> why
     grouped: ClassVar[frozenset[str]] = frozenset()  # algorithms that need groups of two or more
     known_options: ClassVar[Mapping[str, Any]] = {}  # ``backend.options`` it knows, with defaults
@@ -92,12 +95,16 @@ class Adapter:
     # wall time in-process): for a backend whose trainer runs as a program of its own, with the phases around it
     control_note: ClassVar[bool] = False
     gpu_trainer: ClassVar[bool] = False  # whether its trainer needs GPUs (a CPU spec compiles for 1 GPU per node)
+    # the job's own entry file, written by the default write_files: (file name, its docstring, the module whose
+    # ``main`` it calls)
+    entry: ClassVar[tuple[str, str, str] | None] = None
 
     # ------------------------------------------------------------------ what a subclass declares or implements
 
     def capabilities(self) -> Capabilities:
-        """What the backend runs with agentbridge's driver inside it."""
-        raise NotImplementedError
+        """What the backend runs with agentbridge's driver inside it: its :attr:`algorithms` and the
+        :attr:`capability_fields` it declares."""
+        return Capabilities(algorithms=sorted(self.algorithms), **copy.deepcopy(dict(self.capability_fields)))
 
     def spec_problems(self, spec: Spec) -> list[Problem]:
         """The backend's own checks of a spec, beyond the base's (none by default)."""
@@ -119,7 +126,12 @@ class Adapter:
         if (spec.algorithm.epochs or 1) > 1 and self.epochs_why_not:
             refusals["algorithm.epochs"] = self.epochs_why_not
         refusals.update(sizing_refusals(spec, self.sizing_why_not))
-        return refusals
+        return {**refusals, **self.config_refusals(spec)}
+
+    def config_refusals(self, spec: Spec) -> dict[str, str]:
+        """The recipe settings the backend's config cannot honour for ``spec`` beyond the declared ones (they depend
+        on the spec: the algorithm, the KL's placement, the job's GPUs), the field's path -> why; none by default."""
+        return {}
 
     def task_row(self, task: Task, spec: Spec) -> dict[str, Any]:
         """One row of the backend's dataset for ``task`` (the default :meth:`write_data` writes them)."""
@@ -142,7 +154,10 @@ class Adapter:
         (draft.out / self.config_file).write_text(self.config_header + yaml.safe_dump(draft.config, sort_keys=False))
 
     def write_files(self, draft: Draft) -> None:
-        """Write the job's other files (an entry, an agent file); none by default."""
+        """Write the job's other files (an entry, an agent file); by default the declared :attr:`entry`, if any."""
+        if self.entry is not None:
+            name, doc, module = self.entry
+            (draft.out / name).write_text(entry_script(doc, module))
 
     def compile_notes(self, draft: Draft) -> list[str]:
         """What the job does differently from the spec (kept in the manifest and at the top of ``launch.sh``)."""
@@ -156,8 +171,12 @@ class Adapter:
         """``submit.sh``'s lines after its head: submit the job to a cluster (none: no ``submit.sh``)."""
         return []
 
+    def gpus_per_node(self, spec: Spec) -> int | None:
+        """The GPUs per node the job asks for, recorded in the manifest with the node count (None: not recorded)."""
+        return None
+
     def manifest_extra(self, draft: Draft) -> dict[str, Any]:
-        """What the manifest records beside the base's fields (GPUs, upstream source, the command)."""
+        """What the manifest records beside the base's fields (upstream source, the command)."""
         return {}
 
     def python(self) -> str:
@@ -207,10 +226,12 @@ class Adapter:
             write_script(out / "submit.sh", submit, notes if self.notes_in_submit else ())
         algorithm = spec.algorithm.model_dump()  # recipe fields left null are not in it
         sized = sizing(spec)  # recorded only when set: a job without them keeps the manifest it had
+        per_node = self.gpus_per_node(spec)
+        placed = {} if per_node is None else {"gpus": {"num_nodes": spec.resources.nodes, "gpus_per_node": per_node}}
         return new_job(self, spec, out, version=self.version, pin=self.pin,
                        tasks={"train": len(draft.train), "eval": len(draft.evals)}, notes=notes,
                        recipe={key: algorithm[key] for key in RECIPE_FIELDS if key in algorithm},
-                       **({"sizing": sized} if sized else {}), **self.manifest_extra(draft))
+                       **({"sizing": sized} if sized else {}), **placed, **self.manifest_extra(draft))
 
     def validate(self, job: Job) -> Report:
         """The backend's own checks on the job, here or in the backend's environment; one line per problem."""

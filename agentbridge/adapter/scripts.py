@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import textwrap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from agentbridge.runs import RUN_DIR_ENV  # where record_episode writes episodes.jsonl
 
 SCRIPT_HEAD = ("#!/usr/bin/env bash", "set -euo pipefail", 'JOB="$(cd "$(dirname "$0")" && pwd)"')
+# launch.sh's comment on ROOT for a job that submit.sh hands to a Ray cluster as its working_dir
+RAY_ROOT = "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh)."
 
 
 def write_script(path: Path, lines: Iterable[str], notes: Iterable[str] = ()) -> None:
@@ -108,18 +111,44 @@ def runtime_env_json_lines(var: str, env_vars: Mapping[str, str], **fields: obje
     return [JSON_STRING_FUNCTION, f"{var}={word}"]
 
 
+def comment_lines(text: str, width: int = 106) -> list[str]:
+    """``text`` as a script's comment lines (``# ``), wrapped at ``width`` between words."""
+    return textwrap.wrap(text, width=width, initial_indent="# ", subsequent_indent="# ", break_long_words=False,
+                         break_on_hyphens=False)
+
+
 def ray_submit_script(python: str, environment: str, lines: Iterable[str], env_vars: Mapping[str, str],
-                      command: str, *more: str, before_submit: Iterable[str] = ()) -> list[str]:
+                      command: str, *more: str, before_submit: Iterable[str] = (), carries: str = "",
+                      ray_init: str = "") -> list[str]:
     """``submit.sh``'s lines for a job submitted to a Ray cluster: :func:`ray_submit_lines` (``python``,
-    ``environment``), the backend's ``lines``, ``$RUNTIME_ENV`` with ``env_vars`` (:func:`runtime_env_json_lines`),
-    ``before_submit``, then ``exec ray job submit`` of the job directory with that runtime env, whose entrypoint runs
-    ``launch.sh`` there with ``ROOT``, ``PYTHON`` and ``RUN_DIR`` set: ``command`` ends that line (more variables,
-    ``bash launch.sh`` and its arguments), ``more`` are the lines after it."""
-    return [*ray_submit_lines(python, environment), *lines, *runtime_env_json_lines("RUNTIME_ENV", env_vars),
+    ``environment``), the backend's ``lines``, with ``carries`` the comment on what the Job's runtime env carries
+    the run format to (``to every worker, ...``) and why no key of the backend's own ``ray.init`` (``ray_init``)
+    collides with it, ``$RUNTIME_ENV`` with ``env_vars`` (:func:`runtime_env_json_lines`), ``before_submit``, then
+    ``exec ray job submit`` of the job directory with that runtime env, whose entrypoint runs ``launch.sh`` there with
+    ``ROOT``, ``PYTHON`` and ``RUN_DIR`` set: ``command`` ends that line (more variables, ``bash launch.sh`` and its
+    arguments), ``more`` are the lines after it."""
+    carried = comment_lines(f"the Job's runtime env carries the run format {carries}: workers on a running cluster "
+                            f"inherit nothing from the entrypoint's shell. {ray_init}") if carries else []
+    return [*ray_submit_lines(python, environment), *lines, *carried,
+            *runtime_env_json_lines("RUNTIME_ENV", env_vars),
             *before_submit,
             'exec ray job submit --address "$RAY_ADDRESS" --working-dir "$JOB" \\',
             '  --runtime-env-json "$RUNTIME_ENV" \\',
             f'  -- env ROOT=. PYTHON="$PYTHON" RUN_DIR="$RUN_DIR" {command}', *more]
+
+
+def hydra_entry_lines(entry: str, config_path: str, config_name: str, overrides: Iterable[str],
+                      output: str) -> list[str]:
+    """``launch.sh``'s trainer lines for a job's own Hydra entry ``$ROOT/<entry>``: its config ``config_name`` from
+    ``config_path`` (a shell word), the ``overrides`` (:func:`override_words`), ``output=$RUN_DIR`` and the script's
+    arguments."""
+    return [f'"$PYTHON" "$ROOT/{entry}" --config-path {config_path} --config-name {config_name} \\',
+            f"  {override_words(overrides)} \\", f'  {output}="$RUN_DIR" "$@"']
+
+
+def entry_script(doc: str, module: str) -> str:
+    """A job's entry file: its docstring ``doc`` and a call of ``<module>.main``."""
+    return f'"""{doc}"""\n\nfrom {module} import main\n\nif __name__ == "__main__":\n    main()\n'
 
 
 def latest_checkpoint_lines(var: str, pattern: str, separator: str) -> list[str]:

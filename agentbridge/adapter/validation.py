@@ -22,7 +22,10 @@ from agentbridge.spec import Spec, SpecError, load_spec
 
 
 def first_line(e: BaseException) -> str:
-    """An error's first line (its type's name when it has no message)."""
+    """An error's first line (its type's name when it has no message), from its cause when Hydra wrapped it
+    (``Error in call to target ...``)."""
+    if e.__cause__ is not None and str(e).startswith("Error in call to target"):
+        e = e.__cause__
     return (str(e).strip() or type(e).__name__).splitlines()[0]
 
 
@@ -38,23 +41,31 @@ class JobCheck:
     model: str = ""  # the resolved model path (or the hub id)
     tokenizer: Any = None
     skipped: list[str] = field(default_factory=list)
+    config: Any = None  # the job's config as the backend composes it (``validate_with``'s ``compose``)
 
 
-def begin_validation(job_dir: Path, backend: Any, *, pin: str, install: str | None = None, spec: Spec | None = None,
-                     skipped: list[str] | None = None) -> JobCheck:
+def begin_validation(job_dir: Path, backend: Any, *, pin: str | None, install: str | None = None,
+                     spec: Spec | None = None, skipped: list[str] | None = None,
+                     importing: Callable[[], object] | None = None, source: str = "",
+                     needs_model: bool = False) -> JobCheck:
     """Load the job's spec (unless given), run the backend's capability check, check that ``backend.module``
-    imports at version ``pin`` (``install`` says how to get it; by default the adapter's ``[backend]`` extra or
-    ``agentbridge backends setup``), and load the model's tokenizer. Each problem is one line; the checks that could
-    not run are also added to ``skipped`` when given."""
-    check = _begin(job_dir, backend, pin=pin, spec=spec, install=install or (
-        f"install agentbridge-{backend.name}[backend] ({backend.module}=={pin}) or run `agentbridge backends setup "
-        f"{backend.name}`"))
+    imports (``importing``: how the backend imports it, when more than finding the module) at version ``pin`` (None:
+    no version to compare, as in a source checkout; ``source``: what the adapter is verified against instead, said in
+    ``skipped``; ``install`` says how to get it, by default the adapter's ``[backend]`` extra or ``agentbridge
+    backends setup``), and load the model's tokenizer (``needs_model``: the backend's checks read its files, so a hub
+    id not on this machine is a problem, not a skip). Each problem is one line; the checks that could not run are
+    also added to ``skipped`` when given."""
+    install = install or (f"install agentbridge-{backend.name}[backend] ({backend.module}=={pin}) or run "
+                          f"`agentbridge backends setup {backend.name}`")
+    check = _begin(job_dir, backend, pin=pin, spec=spec, importing=importing, source=source, needs_model=needs_model,
+                   install=install)
     if skipped is not None:
         skipped += check.skipped
     return check
 
 
-def _begin(job_dir: Path, backend: Any, *, pin: str, install: str, spec: Spec | None) -> JobCheck:
+def _begin(job_dir: Path, backend: Any, *, pin: str | None, install: str, spec: Spec | None,
+           importing: Callable[[], object] | None, source: str, needs_model: bool) -> JobCheck:
     from importlib import metadata
 
     if spec is None:
@@ -63,12 +74,20 @@ def _begin(job_dir: Path, backend: Any, *, pin: str, install: str, spec: Spec | 
         except SpecError as e:
             return JobCheck(None, [Problem(str(Path(job_dir) / "spec.yaml"), line) for line in e.problems], False)
     problems = list(backend.check(spec))
-    module = backend.module
-    if importlib.util.find_spec(module) is None:
+    module, skipped = backend.module, []
+    if importing is not None:
+        try:
+            importing()
+        except ImportError as e:
+            problems.append(Problem(module, f"{backend.label} does not import here ({first_line(e)}); {install}"))
+            return JobCheck(spec, problems, False)
+    elif importlib.util.find_spec(module) is None:
         problems.append(Problem(module, f"{module} is not installed in this interpreter; {install}"))
         return JobCheck(spec, problems, False)
-    version = metadata.version(module)
-    if version != pin:
+    if pin is None:
+        skipped += [f"{backend.label}'s version: a source checkout carries none to compare; this adapter is "
+                    f"verified against {source}"] if source else []
+    elif (version := metadata.version(module)) != pin:
         problems.append(Problem(module, f"version {version} is installed; this adapter is built for {pin}"))
     from agentbridge.models import ModelError, is_hub_id, load_tokenizer, resolve_model_path
 
@@ -76,13 +95,53 @@ def _begin(job_dir: Path, backend: Any, *, pin: str, install: str, spec: Spec | 
         model = str(resolve_model_path(spec.model.path))
         tokenizer = load_tokenizer(spec.model.path)
     except (ModelError, OSError, ValueError) as e:
-        if is_hub_id(spec.model.path):  # the job a GPU user writes: validate all that needs no model files
-            return JobCheck(spec, problems, True, spec.model.path, None, [
+        if is_hub_id(spec.model.path) and not needs_model:  # a GPU user's job: validate all that needs no model files
+            images = ", image processor" if backend.capabilities().multimodal else ""
+            return JobCheck(spec, problems, True, spec.model.path, None, [*skipped, (
                 f"model.path {spec.model.path}: not on this machine (no download here); the checks that read its "
-                f"files were skipped: chat template and prompt rendering, image processor"])
+                f"files were skipped: chat template and prompt rendering{images}")])
         problems.append(Problem("model.path", first_line(e).removeprefix("model.path: ")))
-        return JobCheck(spec, problems, False)
-    return JobCheck(spec, problems, True, model, tokenizer)
+        return JobCheck(spec, problems, False, skipped=skipped)
+    return JobCheck(spec, problems, True, model, tokenizer, skipped)
+
+
+def validate_with(backend: Any, check: Callable[[Path, JobCheck, Spec, list[str], dict[str, str]], list[Problem]],
+                  job_dir: Path, skipped: list[str] | None = None, spec: Spec | None = None,
+                  semantics: dict[str, str] | None = None, *, install: str | None = None,
+                  importing: Callable[[], object] | None = None, source: str = "", mute: bool = True,
+                  compose: Callable[[Path, str], Any] | None = None, needs_model: bool = False) -> list[Problem]:
+    """A validator's ``validate_job`` as every backend runs it: :func:`begin_validation` of the job (under its
+    resolved path) with ``backend`` at its pin (a ``source`` checkout: none; ``needs_model``), then, when the
+    backend's checks can run, its config (``compose(job_dir, model)``, when given: the Hydra config of
+    ``backend.config_file``, or one problem) as ``start.config``, then ``check(job_dir, start, spec, skipped,
+    semantics)``; :func:`muted` unless ``mute`` is false, with a list and a mapping of its own where the caller gives
+    none."""
+    def run(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: dict[str, str]) -> list[Problem]:
+        job_dir = job_dir.resolve()
+        start = begin_validation(job_dir, backend, pin=None if source else backend.pin, install=install,
+                                 spec=spec, skipped=skipped, importing=importing, source=source,
+                                 needs_model=needs_model)
+        if not start.ready or start.spec is None:
+            return start.problems
+        if compose is not None:
+            start.config = composed(lambda: compose(job_dir, start.model), backend.config_file, start.problems)
+            if start.config is None:
+                return start.problems
+        return check(job_dir, start, start.spec, skipped, semantics)
+
+    if mute:
+        return muted_check(run, job_dir, skipped, spec, semantics)
+    return run(Path(job_dir), [] if skipped is None else skipped, spec, {} if semantics is None else semantics)
+
+
+def composed(compose: Callable[[], Any], where: str, problems: list[Problem]) -> Any:
+    """``compose()`` (the job's Hydra config), or None with the one-line problem at ``where`` added to ``problems``
+    when Hydra cannot compose it."""
+    try:
+        return compose()
+    except Exception as e:  # noqa: BLE001 - Hydra's composition errors, one line
+        problems.append(Problem(where, f"Hydra cannot compose it: {first_line(e)}"))
+        return None
 
 
 def local_model_path(path: str) -> str | None:

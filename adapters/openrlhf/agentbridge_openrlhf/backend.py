@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.adapter import Capabilities, Job, JobError, Problem, write_jsonl
+from agentbridge.adapter import Job, JobError, Problem, write_jsonl
 from agentbridge.adapter.models import is_vlm
 from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
 from agentbridge.adapter.training import launch_lines
@@ -120,18 +120,15 @@ class OpenRLHFBackend(kit.Adapter):
                                     "backend.options.is_correction=token"}
     notes_in_submit = True
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None, async_rollout=True,
-            serves_reward_models=True,
-            scale_out="Ray cluster (ray job submit); vLLM engines + DeepSpeed actor/ref(/critic), GPUs required",
-            notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()] + NOTES + [
-                "rewards are sequence-level: OpenRLHF puts the episode reward on the last generated token and "
-                "broadcasts the advantage over every generated token (no per-turn credit)",
-                "images: a task's first ones (task.data['images']) travel in the dataset's images key, later "
-                "ones come from the environment; every image in order reaches vLLM and pixel_values",
-                TRACKERS_NOTE,
-            ])
+    capability_fields = dict(
+        multimodal=True, tool_images=True, async_rollout=True, serves_reward_models=True,
+        scale_out="Ray cluster (ray job submit); vLLM engines + DeepSpeed actor/ref(/critic), GPUs required",
+        notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()] + NOTES + [
+            "rewards are sequence-level: OpenRLHF puts the episode reward on the last generated token and "
+            "broadcasts the advantage over every generated token (no per-turn credit)",
+            "images: a task's first ones (task.data['images']) travel in the dataset's images key, later "
+            "ones come from the environment; every image in order reaches vLLM and pixel_values",
+            TRACKERS_NOTE])
 
     def recipe_refusals(self, spec: Spec) -> dict[str, str]:
         refusals = super().recipe_refusals(spec)

@@ -308,22 +308,20 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
     receives what the parsed command line will do (:func:`semantics_of`)."""
     from agentbridge_openrlhf.backend import OpenRLHFBackend
 
-    job_dir = Path(job_dir)
-    start = kit.begin_validation(job_dir, OpenRLHFBackend(), pin=OPENRLHF_PIN, spec=spec,
-                                 install="run `agentbridge backends setup openrlhf` (flags change between patch "
-                                         "releases)")
-    problems, spec, model, tokenizer = start.problems, start.spec, start.model, start.tokenizer
-    if skipped is not None:
-        skipped += start.skipped
-    if not start.ready or spec is None:
-        return problems
+    return kit.validate_with(OpenRLHFBackend(), _validate, job_dir, skipped, spec, semantics, mute=False,
+                             install="run `agentbridge backends setup openrlhf` (flags change between patch "
+                                     "releases)")
+
+
+def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str],
+              semantics: dict[str, str]) -> list[Problem]:
+    problems, model, tokenizer = start.problems, start.model, start.tokenizer
     try:
         argv = job_argv(job_dir, model)
         args = parse_args(argv)
     except ArgsError as e:
         return [*problems, Problem("launch.sh", f"OpenRLHF {OPENRLHF_PIN} rejects the command line: {e}")]
-    if semantics is not None:
-        semantics.update(semantics_of(args, spec))
+    semantics.update(semantics_of(args, spec))
     problems += _silent_checks(spec, args, argv, job_dir, tokenizer)
     problems += reward_server_problems(job_dir, _reward_model_path(spec))
     if tokenizer is not None:  # a hub id not on this machine has no config to read (said in skipped)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.adapter import Capabilities
-from agentbridge.adapter.scripts import override_words, ray_submit_script, worker_env
-from agentbridge.spec import Spec
+from agentbridge.adapter.scripts import RAY_ROOT, hydra_entry_lines, ray_submit_script, worker_env
+from agentbridge.adapter.training import trainer_launch_lines
 from agentbridge_rlinf import RLINF_PIN, __version__
 from agentbridge_rlinf.config import (
     ALGORITHMS,
@@ -28,15 +27,6 @@ from agentbridge_rlinf.config import (
     path_overrides,
 )
 from agentbridge_rlinf.data import task_row
-
-ENTRY = '''"""RLinf entry of this job: RLinf's worker groups with agentbridge's agent-loop worker (no config key of
-RLinf selects the agent-loop class, so the job ships its own Hydra main)."""
-
-from agentbridge_rlinf.entry import main
-
-if __name__ == "__main__":
-    main()
-'''
 
 
 class RlinfBackend(kit.Adapter):
@@ -61,33 +51,24 @@ class RlinfBackend(kit.Adapter):
     config_file = f"{CONFIG_NAME}.yaml"
     control_note = gpu_trainer = True
     config_header = f"# RLinf {RLINF_PIN} reasoning-task config for this job; paths come from launch.sh\n"
+    entry = (ENTRY_FILE, "RLinf entry of this job: RLinf's worker groups with agentbridge's agent-loop worker (no "
+             "config key of\nRLinf selects the agent-loop class, so the job ships its own Hydra main).",
+             "agentbridge_rlinf.entry")
 
-    def recipe_refusals(self, spec: Spec) -> dict[str, str]:
-        """The declared refusals, and the KL settings RLinf cannot honour (they depend on the algorithm, the
-        placement and the training backend: ``config.kl_refusals``)."""
-        return {**super().recipe_refusals(spec), **kl_refusals(spec)}
+    # the KL settings RLinf cannot honour: they depend on the algorithm, the placement and the training backend
+    config_refusals = staticmethod(kl_refusals)
+    gpus_per_node = staticmethod(gpus_per_node)  # recorded in the manifest
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            algorithms=sorted(ALGORITHMS), multimodal=False, tool_images=False, max_turns=None, async_rollout=True,
-            turn_credit=False,
-            scale_out="Ray cluster: ray job submit (cluster.num_nodes x GPUs), SGLang rollout workers",
-            notes=[*NOTES, f"training needs GPUs (RLinf {RLINF_PIN}: FSDP or Megatron actors, SGLang); the agent "
-                   "loop and validation run on CPU",
-                   "images: not wired (RLinf's agent loop passes no images to its engine)"])
+    capability_fields = {
+        "async_rollout": True, "scale_out": "Ray cluster: ray job submit (cluster.num_nodes x GPUs), SGLang rollout "
+                                            "workers",
+        "notes": [*NOTES, f"training needs GPUs (RLinf {RLINF_PIN}: FSDP or Megatron actors, SGLang); the agent loop "
+                  "and validation run on CPU", "images: not wired (RLinf's agent loop passes no images to its engine)"]}
 
     task_row = staticmethod(task_row)  # data/train.jsonl and data/eval.jsonl rows
 
     def job_config(self, draft: kit.Draft) -> dict[str, Any]:
         return job_config(draft.spec)
-
-    def write_files(self, draft: kit.Draft) -> None:
-        out = draft.out
-        (out / ENTRY_FILE).write_text(ENTRY)
-
-    def manifest_extra(self, draft: kit.Draft) -> dict[str, Any]:
-        spec = draft.spec
-        return {"gpus": {"num_nodes": spec.resources.nodes, "gpus_per_node": gpus_per_node(spec)}}
 
     def compile_notes(self, draft: kit.Draft) -> list[str]:
         """What the RLinf job does differently from the spec (kept in the manifest and at the top of launch.sh)."""
@@ -99,23 +80,18 @@ class RlinfBackend(kit.Adapter):
         return notes
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
-        spec, has_eval = draft.spec, draft.has_eval
-        from agentbridge.adapter.training import trainer_launch_lines
-
-        paths = override_words(path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
+        spec = draft.spec
         # RLinf's log_path (runner.output_dir/<experiment_name>): its checkpoints and TensorBoard scalars
         log_dir = kit.shell_quote(f"@RUN_DIR@/{spec.name}", {"@RUN_DIR@": "RUN_DIR"})
         return trainer_launch_lines(spec, self.python(), [
             "# Run RLinf's reasoning trainer with agentbridge's agent-loop worker on this machine (it needs GPUs).",
-            "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
+            RAY_ROOT,
         ], [
             "# checkpoints: $RUN_DIR/<experiment_name>/checkpoints/global_step_N, every runner.save_interval steps and "
             "at",
             "# the last; a relaunch resumes from the latest (runner.resume_dir: auto)",
-            f"\"$PYTHON\" \"$ROOT/{ENTRY_FILE}\" --config-path \"$(cd \"$ROOT\" && pwd)\" --config-name {CONFIG_NAME} "
-            "\\",
-            f"  {paths} \\",
-            '  runner.output_dir="$RUN_DIR" "$@"',
+            *hydra_entry_lines(ENTRY_FILE, '"$(cd "$ROOT" && pwd)"', CONFIG_NAME,
+                               path_overrides("$ROOT", "$MODEL", has_eval=draft.has_eval), "runner.output_dir"),
         ], [
             "# the trained model: the latest checkpoint's full weights as a Hugging Face model (actor/huggingface)",
             f'TRAINED="$({{ "$PYTHON" -m agentbridge_rlinf.entry export {log_dir} --model "$MODEL" || true; }} '
@@ -123,16 +99,14 @@ class RlinfBackend(kit.Adapter):
         ], module="agentbridge_rlinf", label="RLinf")
 
     def submit_lines(self, draft: kit.Draft) -> list[str]:
-        spec = draft.spec
-        nodes, gpus = spec.resources.nodes, gpus_per_node(spec)
         environment = (f"the RLinf environment (rlinf=={RLINF_PIN}, agentbridge, agentbridge-rlinf and the spec's "
                        "plugins): RLinf's workers import agentbridge's agent loop there")
         return ray_submit_script(self.python(), environment, [
-            f"NNODES=\"${{NNODES:-{nodes}}}\"",
-            f"# {gpus} GPU(s) per node: RLinf places actor and rollout on all of them (cluster.component_placement)",
-            "# the Job's runtime env carries the run format (AGENTBRIDGE_RUN_DIR=$RUN_DIR) to every worker, the agent",
-            "# loop recording episodes among them: workers on a running cluster inherit nothing from the entrypoint's",
-            "# shell. RLinf's own ray.init sets no env_vars (at most py_modules, RLINF_CODE_WORKING_DIR)",
-        ], worker_env(), 'bash launch.sh cluster.num_nodes="$NNODES" "$@"')
+            f"NNODES=\"${{NNODES:-{draft.spec.resources.nodes}}}\"",
+            f"# {gpus_per_node(draft.spec)} GPU(s) per node: RLinf places actor and rollout on all of them "
+            "(cluster.component_placement)",
+        ], worker_env(), 'bash launch.sh cluster.num_nodes="$NNODES" "$@"',
+            carries="(AGENTBRIDGE_RUN_DIR=$RUN_DIR) to every worker, the agent loop recording episodes among them",
+            ray_init="RLinf's own ray.init sets no env_vars (at most py_modules, RLINF_CODE_WORKING_DIR)")
 
 

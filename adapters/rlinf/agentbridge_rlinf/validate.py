@@ -20,7 +20,6 @@ from typing import Any
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
 from agentbridge.spec import Spec, recipe
-from agentbridge_rlinf import RLINF_PIN
 from agentbridge_rlinf.config import CONFIG_NAME, path_overrides
 
 LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
@@ -80,21 +79,15 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
                  semantics: dict[str, str] | None = None) -> list[Problem]:
     """Every problem RLinf (or agentbridge's side of the job) finds, one line each; RLinf's chatter muted.
     ``semantics`` receives what the validated config will do (:func:`semantics_of`)."""
-    return kit.muted_check(_validate, job_dir, skipped, spec, semantics)  # rlinf.config sets the root logger's level
-
-
-def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: dict[str, str]) -> list[Problem]:
     from agentbridge_rlinf.backend import RlinfBackend
 
-    job_dir = Path(job_dir).resolve()
-    start = kit.begin_validation(job_dir, RlinfBackend(), pin=RLINF_PIN, spec=spec, skipped=skipped)
-    problems, spec, model = start.problems, start.spec, start.model
-    if not start.ready or spec is None:
-        return problems
-    try:
-        cfg = compose_job(job_dir, model)
-    except Exception as e:  # noqa: BLE001 - Hydra's composition errors, one line
-        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"Hydra cannot compose it: {kit.first_line(e)}")]
+    # muted: rlinf.config sets the root logger's level
+    return kit.validate_with(RlinfBackend(), _validate, job_dir, skipped, spec, semantics, compose=compose_job)
+
+
+def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str],
+              semantics: dict[str, str]) -> list[Problem]:
+    problems, cfg = start.problems, start.config
     from omegaconf import OmegaConf
     from rlinf.config import validate_reasoning_cfg
 

@@ -10,11 +10,13 @@ from agentbridge import Task
 from agentbridge import adapter as kit
 from agentbridge.adapter import Capabilities
 from agentbridge.adapter.scripts import (
+    RAY_ROOT,
+    hydra_entry_lines,
     latest_checkpoint_lines,
-    override_words,
     ray_submit_script,
     worker_env,
 )
+from agentbridge.adapter.training import trainer_launch_lines
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import kl_setting
 from agentbridge_roll import ROLL_COMMIT, ROLL_REPO, ROLL_SOURCE, __version__, keep_roll_logs_out_of_cwd
@@ -38,14 +40,6 @@ from agentbridge_roll.config import (
     train_gpus,
 )
 
-ENTRY = '''"""ROLL entry of this job: ROLL's agentic pipeline, composed from this directory's config (the job's env
-manager is agentbridge's, named in custom_envs)."""
-
-from agentbridge_roll.entry import main
-
-if __name__ == "__main__":
-    main()
-'''
 # how this adapter was verified: ROLL is source only, so CI here cannot run its code
 VERIFIED = (f"against ROLL's own code at {ROLL_SOURCE} (source only, not on the package index): config, env "
             "manager and rollout queue on CPU; see adapters/roll/README.md")
@@ -70,21 +64,19 @@ class RollBackend(kit.Adapter):
     config_file = f"{CONFIG_NAME}.yaml"
     control_note = gpu_trainer = True
     config_header = f"# ROLL agentic-pipeline config for this job ({ROLL_SOURCE}); paths come from launch.sh\n"
+    entry = (ENTRY_FILE, "ROLL entry of this job: ROLL's agentic pipeline, composed from this directory's config "
+             "(the job's env\nmanager is agentbridge's, named in custom_envs).", "agentbridge_roll.entry")
 
-    def recipe_refusals(self, spec: Spec) -> dict[str, str]:
-        """The declared refusals, and the KL and rollout settings ROLL cannot honour (they depend on the KL's
-        placement and the job's GPUs: ``config.recipe_refusals``)."""
-        return {**super().recipe_refusals(spec), **recipe_refusals(spec)}
+    # the KL and rollout settings ROLL cannot honour: they depend on the KL's placement and the job's GPUs
+    config_refusals = staticmethod(recipe_refusals)
+    gpus_per_node = staticmethod(gpus_per_node)  # recorded in the manifest
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            algorithms=sorted(ALGORITHMS), multimodal=False, tool_images=False, max_turns=None, async_rollout=True,
-            turn_credit=False,
-            scale_out="Ray cluster: ray job submit (ROLL's workers on device_mapping GPUs; env managers in threads)",
-            notes=[*NOTES, f"verified {VERIFIED}",
-                   "training needs GPUs (ROLL: Megatron or FSDP2 actor, vLLM or SGLang); the env manager, rollout "
-                   "queue and validation run on CPU",
-                   "images: not wired (agentbridge's ROLL env manager is text only)"], **UPSTREAM)
+    capability_fields = {
+        "async_rollout": True,
+        "scale_out": "Ray cluster: ray job submit (ROLL's workers on device_mapping GPUs; env managers in threads)",
+        "notes": [*NOTES, f"verified {VERIFIED}", "training needs GPUs (ROLL: Megatron or FSDP2 actor, vLLM or "
+                  "SGLang); the env manager, rollout queue and validation run on CPU",
+                  "images: not wired (agentbridge's ROLL env manager is text only)"], **UPSTREAM}
 
     def task_row(self, task: Task, spec: Spec) -> dict[str, Any]:
         """The task as the JSON line the env manager reads back (read_tasks_jsonl)."""
@@ -93,14 +85,8 @@ class RollBackend(kit.Adapter):
     def job_config(self, draft: kit.Draft) -> dict[str, Any]:
         return job_config(draft.spec, has_eval=draft.has_eval)
 
-    def write_files(self, draft: kit.Draft) -> None:
-        out = draft.out
-        (out / ENTRY_FILE).write_text(ENTRY)
-
     def manifest_extra(self, draft: kit.Draft) -> dict[str, Any]:
-        spec = draft.spec
-        return {"gpus": {"num_nodes": spec.resources.nodes, "gpus_per_node": gpus_per_node(spec)},
-                "roll_source": ROLL_SOURCE}
+        return {"roll_source": ROLL_SOURCE}
 
     def conformance(self, kind: str, workdir: Path) -> list[Any]:
         """The golden episodes of ``kind`` through ROLL's own env-manager path, read back from its rollout batch."""
@@ -142,22 +128,17 @@ class RollBackend(kit.Adapter):
         return notes
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
-        spec, has_eval = draft.spec, draft.has_eval
-        from agentbridge.adapter.training import trainer_launch_lines
-
-        paths = override_words(path_overrides("$ROOT", "$MODEL", has_eval=has_eval))
-        return trainer_launch_lines(spec, self.python(), [
+        return trainer_launch_lines(draft.spec, self.python(), [
             "# Run ROLL's agentic pipeline with agentbridge's env manager on this machine (it needs GPUs).",
-            "# ROOT: where the job's files are read from (. under a Ray job's working_dir, see submit.sh).",
+            RAY_ROOT,
             "# ROLL_HOME: a checkout of ROLL (source only); put on PYTHONPATH when set.",
         ], [
             "# checkpoints: $RUN_DIR/checkpoints/checkpoint-N every save_steps and at the last step; a relaunch "
             "resumes",
             "# from the latest (resume_from_checkpoint: true; FileSystemUploader.get_latest_ckpt lists the folder)",
             'mkdir -p "$RUN_DIR/checkpoints"',
-            f"\"$PYTHON\" \"$ROOT/{ENTRY_FILE}\" --config-path \"$ROOT\" --config-name {CONFIG_NAME} \\",
-            f"  {paths} \\",
-            '  output_dir="$RUN_DIR" "$@"',
+            *hydra_entry_lines(ENTRY_FILE, '"$ROOT"', CONFIG_NAME,
+                               path_overrides("$ROOT", "$MODEL", has_eval=draft.has_eval), "output_dir"),
         ], [
             "# the trained model: the latest checkpoint-N, the actor's Hugging Face model at its top (save_hf_model)",
             *latest_checkpoint_lines("TRAINED", '"$RUN_DIR"/checkpoints/checkpoint-*', "-"),
@@ -168,17 +149,16 @@ class RollBackend(kit.Adapter):
                  'export MODEL_DOWNLOAD_TYPE="${MODEL_DOWNLOAD_TYPE:-HUGGINGFACE_HUB}"'])
 
     def submit_lines(self, draft: kit.Draft) -> list[str]:
-        spec = draft.spec
-        nodes, gpus = spec.resources.nodes, gpus_per_node(spec)
+        gpus = gpus_per_node(draft.spec)
         environment = (f"the ROLL environment (a ROLL checkout at {ROLL_SOURCE} with its requirements, agentbridge, "
                        "agentbridge-roll and the spec's plugins), and ROLL_HOME the ROLL checkout there: ROLL's env "
                        "workers import agentbridge's env manager")
         return ray_submit_script(self.python(), environment, [
-            f"# {nodes} node(s) x {gpus} GPU(s): device_mapping spans all of them (num_gpus_per_node={gpus})",
-            "# the Job's runtime env carries the run format (AGENTBRIDGE_RUN_DIR=$RUN_DIR) to every worker, the env",
-            "# managers recording episodes among them: workers on a running cluster inherit nothing from the",
-            "# entrypoint's shell. No key of ROLL's own ray.init (the platform's env vars: RAY_*, VLLM_*, NCCL_*, ...)",
-            "# is among them (Ray refuses a Job that sets one)",
-        ], worker_env(), 'ROLL_HOME="${ROLL_HOME:-}" bash launch.sh "$@"')
+            f"# {draft.spec.resources.nodes} node(s) x {gpus} GPU(s): device_mapping spans all of them "
+            f"(num_gpus_per_node={gpus})",
+        ], worker_env(), 'ROLL_HOME="${ROLL_HOME:-}" bash launch.sh "$@"',
+            carries="(AGENTBRIDGE_RUN_DIR=$RUN_DIR) to every worker, the env managers recording episodes among them",
+            ray_init="No key of ROLL's own ray.init (the platform's env vars: RAY_*, VLLM_*, NCCL_*, ...) is among "
+                     "them (Ray refuses a Job that sets one)")
 
 

@@ -151,49 +151,30 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
                  semantics: dict[str, str] | None = None) -> list[Problem]:
     """Every problem ROLL (or agentbridge's side of the job) finds, one line each; ROLL's chatter muted.
     ``semantics`` receives what the built ``AgenticConfig`` will do (:func:`semantics_of`)."""
-    skipped = [] if skipped is None else skipped
-    job_dir = Path(job_dir).resolve()
     from agentbridge_roll.backend import RollBackend
 
-    if spec is None:
-        try:
-            spec = load_spec(job_dir / "spec.yaml")
-        except SpecError as e:
-            return [Problem(str(job_dir / "spec.yaml"), line) for line in e.problems]
-    problems = list(RollBackend().check(spec))
-    keep_roll_logs_out_of_cwd()
-    try:
-        with _quiet():
-            import roll.pipeline.agentic.agentic_config  # noqa: F401
-    except ImportError as e:
-        return [*problems, Problem("roll", f"ROLL does not import here ({kit.first_line(e)}); {INSTALL}")]
-    skipped.append(f"ROLL's version: a source checkout carries none to compare; this adapter is verified against "
-                   f"{ROLL_SOURCE}")
-    from agentbridge.adapter.models import ModelError, is_hub_id, load_tokenizer, resolve_model_path
+    return kit.validate_with(RollBackend(), _validate, job_dir, skipped, spec, semantics, install=INSTALL,
+                             importing=_import_roll, source=ROLL_SOURCE, mute=False, compose=compose_job)
 
-    tokenizer = None
+
+def _import_roll() -> None:
+    """ROLL imported as its pipeline imports it, its logs kept out of the working directory and muted."""
+    keep_roll_logs_out_of_cwd()
+    with _quiet():
+        import roll.pipeline.agentic.agentic_config  # noqa: F401
+
+
+def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str],
+              semantics: dict[str, str]) -> list[Problem]:
+    problems = start.problems
     try:
-        model = str(resolve_model_path(spec.model.path))
-        tokenizer = load_tokenizer(spec.model.path)
-    except (ModelError, OSError, ValueError) as e:
-        if not is_hub_id(spec.model.path):
-            return [*problems, Problem("model.path", kit.first_line(e).removeprefix("model.path: "))]
-        model = spec.model.path
-        skipped.append(f"model.path {model}: not on this machine (no download here); the checks that read its files "
-                       "were skipped: chat template and prompt rendering")
-    try:
-        cfg = compose_job(job_dir, model)
-    except Exception as e:  # noqa: BLE001 - Hydra's composition errors, one line
-        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"Hydra cannot compose it: {kit.first_line(e)}")]
-    try:
-        config = build_config(cfg)
+        config = build_config(start.config)
     except Exception as e:  # noqa: BLE001 - dacite's type errors and AgenticConfig's assertions, one line
         return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"ROLL's AgenticConfig rejects it: {kit.first_line(e)}")]
     problems += _classes(config) + _envs(config)
-    if semantics is not None:
-        semantics.update(semantics_of(config, spec))
+    semantics.update(semantics_of(config, spec))
     skipped.append("ROLL's AgenticPipeline (workers placed on GPUs by device_mapping): run by the job's entry")
-    _, agent_problems = kit.agent_check(spec, tokenizer)
+    _, agent_problems = kit.agent_check(spec, start.tokenizer)
     unique = {str(p): p for p in problems + agent_problems}  # the train and eval slots share spec and lengths
     return list(unique.values())
 

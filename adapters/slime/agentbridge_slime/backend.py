@@ -7,12 +7,13 @@ from typing import Any
 import yaml
 
 from agentbridge import adapter as kit
-from agentbridge.adapter import Capabilities, Job, Problem, Report, backend_python
+from agentbridge.adapter import Job, Problem, Report, backend_python
 from agentbridge.adapter.scripts import (
     latest_checkpoint_lines,
     ray_submit_script,
     worker_env,
 )
+from agentbridge.adapter.training import trainer_launch_lines
 from agentbridge.spec import Spec
 from agentbridge_slime import SLIME_COMMIT, SLIME_PIN, SLIME_REPO, __version__
 from agentbridge_slime.config import (
@@ -61,20 +62,16 @@ class SlimeBackend(kit.Adapter):
                      "launch.sh passes them\n# (python -m agentbridge_slime.args); ${ROOT}, ${MODEL}, ${RUN_DIR}, "
                      "${LOAD} and ${REF_LOAD} are filled in there.\n")
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            algorithms=sorted(ALGORITHMS), multimodal=False, tool_images=False, max_turns=None, async_rollout=True,
-            turn_credit=False, scale_out="Ray cluster: ray job submit (Megatron actors, SGLang engines behind "
-                                         "slime's router)",
-            verified_upstream=f"{SLIME_REPO}@{SLIME_COMMIT}",
-            notes=[*NOTES, "training needs GPUs and Megatron-LM; the generate function, rollout path and "
-                   "validation run on CPU", "images: not wired (the generate function sends SGLang token ids only)",
-                   f"not on the package index: verified against {SLIME_PIN} (adapters/slime/README.md)"])
+    # the KL and rollout settings slime cannot honour: they depend on the algorithm and the job's GPUs
+    config_refusals = staticmethod(recipe_refusals)
+    gpus_per_node = staticmethod(gpus_per_node)  # recorded in the manifest
 
-    def recipe_refusals(self, spec: Spec) -> dict[str, str]:
-        """The declared refusals, and the KL and rollout settings slime cannot honour (they depend on the algorithm
-        and the job's GPUs: ``config.recipe_refusals``)."""
-        return {**super().recipe_refusals(spec), **recipe_refusals(spec)}
+    capability_fields = {
+        "async_rollout": True, "scale_out": "Ray cluster: ray job submit (Megatron actors, SGLang engines behind "
+                                            "slime's router)", "verified_upstream": f"{SLIME_REPO}@{SLIME_COMMIT}",
+        "notes": [*NOTES, "training needs GPUs and Megatron-LM; the generate function, rollout path and validation "
+                  "run on CPU", "images: not wired (the generate function sends SGLang token ids only)",
+                  f"not on the package index: verified against {SLIME_PIN} (adapters/slime/README.md)"]}
 
     def spec_problems(self, spec: Spec) -> list[Problem]:
         problems = []
@@ -102,9 +99,7 @@ class SlimeBackend(kit.Adapter):
                                          + yaml.safe_dump(custom_config(draft.spec), sort_keys=False))
 
     def manifest_extra(self, draft: kit.Draft) -> dict[str, Any]:
-        spec = draft.spec
-        return {"gpus": {"num_nodes": spec.resources.nodes, "gpus_per_node": gpus_per_node(spec)},
-                "upstream": f"{SLIME_REPO}@{SLIME_COMMIT}"}
+        return {"upstream": f"{SLIME_REPO}@{SLIME_COMMIT}"}
 
     def validate(self, job: Job) -> Report:
         """slime's own argument parsing and ``slime_validate_args`` on the job, where slime imports (here, or the
@@ -137,8 +132,6 @@ class SlimeBackend(kit.Adapter):
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
         spec = draft.spec
-        from agentbridge.adapter.training import trainer_launch_lines
-
         script = options(spec)["model_script"]
         models = {"@SLIME_DIR@": "SLIME_DIR"}
         default = kit.shell_quote(f"@SLIME_DIR@/scripts/models/{script}.sh", models) if script else "''"
@@ -172,19 +165,17 @@ class SlimeBackend(kit.Adapter):
                  'export TENSORBOARD_DIR="${TENSORBOARD_DIR:-$RUN_DIR/tensorboard/slime}"'])
 
     def submit_lines(self, draft: kit.Draft) -> list[str]:
-        spec = draft.spec
-        nodes, gpus = spec.resources.nodes, gpus_per_node(spec)
         environment = (f"the slime environment (agentbridge, agentbridge-slime, the spec's plugins; {SLIME_REPO} at "
                        "SLIME_DIR and Megatron-LM at MEGATRON_DIR): slime's rollout manager imports agentbridge's "
                        "generate function there")
         return ray_submit_script(self.python(), environment, [
             f"SLIME_DIR=\"${{SLIME_DIR:?set SLIME_DIR to the checkout of {SLIME_REPO} on the nodes}}\"",
-            f"# {nodes} node(s) x {gpus} GPU(s): --actor-num-nodes / --actor-num-gpus-per-node in slime_job.yaml",
-            "# the Job's runtime env carries the run format to every worker (slime's TensorBoard writers, the generate",
-            "# function's episodes): workers on a running cluster inherit nothing from the entrypoint's shell. slime",
-            "# calls no ray.init of its own, so no key here collides with one",
+            f"# {draft.spec.resources.nodes} node(s) x {gpus_per_node(draft.spec)} GPU(s): --actor-num-nodes / "
+            "--actor-num-gpus-per-node in slime_job.yaml",
         ], {"PYTHONPATH": "$SLIME_DIR${MEGATRON_DIR:+:$MEGATRON_DIR}", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
             "TENSORBOARD_DIR": "$RUN_DIR/tensorboard/slime", **worker_env()},
-            'SLIME_DIR="$SLIME_DIR" MEGATRON_DIR="${MEGATRON_DIR:-}" bash launch.sh "$@"')
+            'SLIME_DIR="$SLIME_DIR" MEGATRON_DIR="${MEGATRON_DIR:-}" bash launch.sh "$@"',
+            carries="to every worker (slime's TensorBoard writers, the generate function's episodes)",
+            ray_init="slime calls no ray.init of its own, so no key here collides with one")
 
 

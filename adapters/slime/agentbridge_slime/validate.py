@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
-from agentbridge.spec import Spec, SpecError, load_spec, recipe
+from agentbridge.spec import Spec, recipe
 from agentbridge_slime import SLIME_PIN
 
 # the Megatron-LM flags the job passes or slime_validate_args reads (Megatron's own parser needs Megatron-LM)
@@ -185,39 +185,19 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
                  semantics: dict[str, str] | None = None) -> list[Problem]:
     """Every problem slime (or agentbridge's side of the job) finds, one line each; slime's chatter muted.
     ``semantics`` receives what the parsed arguments will do (:func:`semantics_of`)."""
-    return kit.muted_check(_validate, job_dir, skipped, spec, semantics)
+    import importlib
 
-
-def _begin(job_dir: Path, spec: Spec | None) -> tuple[Spec | None, list[Problem], str, Any]:
-    """The spec, the capability check, slime importing, the model and its tokenizer (as ``kit.begin_validation``,
-    but slime comes from a checkout on ``PYTHONPATH``, not a distribution with a version)."""
-    import importlib.util
-
-    from agentbridge.adapter.models import ModelError, load_tokenizer, resolve_model_path
     from agentbridge_slime.backend import SlimeBackend
 
-    if spec is None:
-        try:
-            spec = load_spec(job_dir / "spec.yaml")
-        except SpecError as e:
-            return None, [Problem(str(job_dir / "spec.yaml"), line) for line in e.problems], "", None
-    problems = list(SlimeBackend().check(spec))
-    if importlib.util.find_spec("slime") is None:
-        problems.append(Problem("slime", f"slime does not import here; put a checkout of {SLIME_PIN} on "
-                                "PYTHONPATH in an environment with agentbridge-slime[cpu] (adapters/slime/README.md)"))
-        return spec, problems, "", None
-    try:
-        return spec, problems, str(resolve_model_path(spec.model.path)), load_tokenizer(spec.model.path)
-    except (ModelError, OSError, ValueError) as e:
-        problems.append(Problem("model.path", kit.first_line(e).removeprefix("model.path: ")))
-        return spec, problems, "", None
+    return kit.validate_with(SlimeBackend(), _validate, job_dir, skipped, spec, semantics, needs_model=True,
+                             importing=lambda: importlib.import_module("slime"),
+                             install=f"put a checkout of {SLIME_PIN} on PYTHONPATH in an environment with "
+                                     "agentbridge-slime[cpu] (adapters/slime/README.md)")
 
 
-def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: dict[str, str]) -> list[Problem]:
-    job_dir = job_dir.resolve()
-    spec, problems, model, tokenizer = _begin(job_dir, spec)
-    if spec is None or tokenizer is None:
-        return problems
+def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str],
+              semantics: dict[str, str]) -> list[Problem]:
+    problems, model, tokenizer = start.problems, start.model, start.tokenizer
     import slime
 
     skipped.append(f"slime imported from {Path(slime.__file__).parent.parent}; this adapter was verified against "

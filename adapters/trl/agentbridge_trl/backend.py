@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.adapter import Capabilities, Problem, write_jsonl
+from agentbridge.adapter import Problem, write_jsonl
 from agentbridge.spec import Spec
 from agentbridge_trl import __version__
 from agentbridge_trl.config import (
@@ -45,17 +45,15 @@ class TrlBackend(kit.Adapter):
     sizing_options = SIZING_OPTIONS
     lora_why_not = None  # model.lora: TRL's GRPOTrainer(peft_config=...) trains the adapter (agentbridge_trl.trainer)
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None,
-            async_rollout=False, cpu_training=True,
-            scale_out="accelerate launch (multi-GPU / multi-node), vLLM colocate or server",
-            notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()]
-                  + ["images: a vision-language model (e.g. builtin:tiny-vl) trains with AgentVLMGRPOTrainer, a "
-                     "GRPOTrainer subclass that puts the driver's prompt and tool-result images in the forward "
-                     "pass (TRL 1.16's rollout_func alone cannot); same ids, masks and rewards as text agents",
-                     "images: checked on CPU with model.generate (Qwen2-VL); vLLM generation with images goes "
-                     "through TRL's vLLM client and is not exercised on CPU"])
+    capability_fields = dict(
+        multimodal=True, tool_images=True, cpu_training=True,
+        scale_out="accelerate launch (multi-GPU / multi-node), vLLM colocate or server",
+        notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()]
+        + ["images: a vision-language model (e.g. builtin:tiny-vl) trains with AgentVLMGRPOTrainer, a "
+           "GRPOTrainer subclass that puts the driver's prompt and tool-result images in the forward "
+           "pass (TRL 1.16's rollout_func alone cannot); same ids, masks and rewards as text agents",
+           "images: checked on CPU with model.generate (Qwen2-VL); vLLM generation with images goes "
+           "through TRL's vLLM client and is not exercised on CPU"])
 
     def spec_problems(self, spec: Spec) -> list[Problem]:
         problems = []

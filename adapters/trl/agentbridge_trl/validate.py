@@ -156,25 +156,24 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
                  semantics: dict[str, str] | None = None) -> list[Problem]:
     """GRPOConfig builds, the model path resolves, the tokenizer's chat template renders tool calls; ``semantics``
     receives what the GRPOConfig will do (:func:`semantics_of`)."""
-    from agentbridge_trl.backend import TRL_PIN, TrlBackend
+    from agentbridge_trl.backend import TrlBackend
 
-    job_dir = Path(job_dir)
-    start = kit.begin_validation(job_dir, TrlBackend(), pin=TRL_PIN, spec=spec,
-                                 install="install agentbridge-trl[backend] or run `agentbridge check --runner env`")
-    problems = start.problems
-    if skipped is not None:
-        skipped += start.skipped
-    if not start.ready or start.spec is None:
-        return problems
+    return kit.validate_with(TrlBackend(), _validate, job_dir, skipped, spec, semantics, mute=False,
+                             install="install agentbridge-trl[backend] or run `agentbridge check --runner env`")
+
+
+def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str],
+              semantics: dict[str, str]) -> list[Problem]:
     from agentbridge_trl.config import make_grpo_config
+
+    problems = start.problems
 
     kwargs = json.loads((job_dir / "grpo_config.json").read_text())
     kwargs["output_dir"] = str(job_dir / "validate-trainer")
     if "deepspeed" in kwargs and importlib.util.find_spec("deepspeed") is None:
         kwargs.pop("deepspeed")
-        if skipped is not None:
-            skipped.append("deepspeed: not installed here, so its ZeRO config was not built (`pip install "
-                           "--no-build-isolation deepspeed` where torch is, and check again)")
+        skipped.append("deepspeed: not installed here, so its ZeRO config was not built (`pip install "
+                       "--no-build-isolation deepspeed` where torch is, and check again)")
     try:
         with gpu_precision_here(kwargs, skipped):
             config = make_grpo_config(kwargs)
@@ -184,9 +183,8 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
         said = " ".join(line.strip() for line in str(e).splitlines() if line.strip())  # DeepSpeed lists on lines
         problems.append(Problem("grpo_config.json", f"GRPOConfig rejects it: {said[:400]}"))
     else:
-        if semantics is not None:
-            semantics.update(semantics_of(config, start.spec))
-    return problems + rl_steps_problems(job_dir, kwargs, start.spec) + kit.agent_check(start.spec, start.tokenizer)[1]
+        semantics.update(semantics_of(config, spec))
+    return problems + rl_steps_problems(job_dir, kwargs, spec) + kit.agent_check(spec, start.tokenizer)[1]
 
 
 def rl_steps_problems(job_dir: Path, kwargs: dict[str, Any], spec: Spec) -> list[Problem]:

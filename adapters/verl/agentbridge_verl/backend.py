@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from agentbridge import adapter as kit
-from agentbridge.adapter import Capabilities, Problem
+from agentbridge.adapter import Problem
 from agentbridge.adapter.scripts import override_words, ray_submit_script
 from agentbridge.adapter.training import launch_lines, tracker_env_lines, tracker_environment
 from agentbridge.spec import Spec
@@ -65,15 +65,12 @@ class VerlBackend(kit.Adapter):
     control_note = gpu_trainer = True
     config_header = f"# veRL {VERL_PIN} trainer config for this job (extends ppo_trainer); paths come from launch.sh\n"
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            algorithms=sorted(ALGORITHMS), multimodal=True, tool_images=True, max_turns=None, async_rollout=True,
-            turn_credit=True, serves_reward_models=True,
-            scale_out="Ray cluster: ray job submit (trainer.nnodes x n_gpus_per_node), vLLM/SGLang rollout servers, "
-                      "vLLM reward-model servers on a GPU pool of their own",
-            notes=[*NOTES, "images: Qwen2-VL / Qwen2.5-VL / Qwen3-VL processors only (veRL binds no others)",
-                   f"training needs GPUs (veRL {VERL_PIN} has no CPU trainer); the agent loop and validation run "
-                   "on CPU"])
+    capability_fields = dict(
+        multimodal=True, tool_images=True, async_rollout=True, turn_credit=True, serves_reward_models=True,
+        scale_out="Ray cluster: ray job submit (trainer.nnodes x n_gpus_per_node), vLLM/SGLang rollout servers, "
+                  "vLLM reward-model servers on a GPU pool of their own",
+        notes=[*NOTES, "images: Qwen2-VL / Qwen2.5-VL / Qwen3-VL processors only (veRL binds no others)",
+               f"training needs GPUs (veRL {VERL_PIN} has no CPU trainer); the agent loop and validation run on CPU"])
 
     def recipe_refusals(self, spec: Spec) -> dict[str, str]:
         refusals = super().recipe_refusals(spec)

@@ -46,13 +46,6 @@ REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model", "extra_info", "agen
 TRANSFER_QUEUE_MIN = "0.1.10"  # verl[verl-core]'s bound; agentbridge-verl[backend] pins 0.1.11
 
 
-def _first_line(e: BaseException) -> str:
-    """The first line of an error, from its cause when Hydra wrapped it (``Error in call to target ...``)."""
-    cause = e.__cause__ if e.__cause__ is not None and str(e).startswith("Error in call to target") else e
-    text = str(cause).strip() or type(cause).__name__
-    return text.splitlines()[0]
-
-
 def _config_dir() -> str:
     import verl
 
@@ -117,7 +110,7 @@ def _dataclasses(cfg: Any, model_files: bool = True) -> list[Problem]:
         try:
             omega_conf_to_dataclass(node)
         except Exception as e:  # noqa: BLE001 - any rejection is reported as one line
-            problems.append(Problem(where, f"veRL rejects it: {_first_line(e)}"))
+            problems.append(Problem(where, f"veRL rejects it: {kit.first_line(e)}"))
     return problems
 
 
@@ -129,13 +122,13 @@ def _algorithm(cfg: Any) -> list[Problem]:
         core_algos.get_adv_estimator_fn(cfg.algorithm.adv_estimator)
     except Exception as e:  # noqa: BLE001
         problems.append(Problem("algorithm.adv_estimator", f"veRL {VERL_PIN} has no such estimator: "
-                                f"{_first_line(e)}"))
+                                f"{kit.first_line(e)}"))
     loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
     try:
         core_algos.get_policy_loss_fn(loss_mode)
     except Exception as e:  # noqa: BLE001
         problems.append(Problem("actor_rollout_ref.actor.policy_loss.loss_mode",
-                                f"veRL {VERL_PIN} has no such policy loss: {_first_line(e)}"))
+                                f"veRL {VERL_PIN} has no such policy loss: {kit.first_line(e)}"))
     return problems
 
 
@@ -146,11 +139,11 @@ def _reward(cfg: Any) -> list[Problem]:
     try:
         resolve_reward_manager_cls(cfg)
     except Exception as e:  # noqa: BLE001
-        problems.append(Problem("reward.reward_manager", f"veRL cannot load it: {_first_line(e)}"))
+        problems.append(Problem("reward.reward_manager", f"veRL cannot load it: {kit.first_line(e)}"))
     try:
         fn = get_custom_reward_fn(cfg)
     except Exception as e:  # noqa: BLE001
-        return [*problems, Problem("reward.custom_reward_function", f"veRL cannot load it: {_first_line(e)}")]
+        return [*problems, Problem("reward.custom_reward_function", f"veRL cannot load it: {kit.first_line(e)}")]
     if fn is None:
         problems.append(Problem("reward.custom_reward_function.path", "veRL loads no reward function; the "
                                 "driver's reward would not reach samples the reward loop scores"))
@@ -168,7 +161,7 @@ def _agent_loop(job_dir: Path, cfg: Any) -> list[Problem]:
         try:
             cls = hydra.utils.get_class(entry["_target_"])
         except Exception as e:  # noqa: BLE001
-            problems.append(Problem(f"{AGENT_LOOP_FILE}: {entry.get('name')}", f"cannot import: {_first_line(e)}"))
+            problems.append(Problem(f"{AGENT_LOOP_FILE}: {entry.get('name')}", f"cannot import: {kit.first_line(e)}"))
             continue
         if not issubclass(cls, AgentLoopBase):
             problems.append(Problem(f"{AGENT_LOOP_FILE}: {entry.get('name')}", f"{entry['_target_']} is not a "
@@ -193,15 +186,9 @@ def _agent_loop(job_dir: Path, cfg: Any) -> list[Problem]:
 
 def transfer_queue_version() -> str | None:
     """The installed TransferQueue's version, or None when ``transfer_queue`` does not import here."""
-    import importlib.metadata
-    import importlib.util
+    from agentbridge.adapter.training import package_version
 
-    if importlib.util.find_spec("transfer_queue") is None:
-        return None
-    try:
-        return importlib.metadata.version("TransferQueue")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return package_version("TransferQueue") if importlib.util.find_spec("transfer_queue") is not None else None
 
 
 def _trainer_path(cfg: Any) -> list[Problem]:
@@ -235,7 +222,7 @@ def _trainer_path(cfg: Any) -> list[Problem]:
         try:
             get_trainer_cls(mode)
         except Exception as e:  # noqa: BLE001
-            return [Problem("trainer.v1.trainer_mode", f"veRL {VERL_PIN} has no such trainer: {_first_line(e)}")]
+            return [Problem("trainer.v1.trainer_mode", f"veRL {VERL_PIN} has no such trainer: {kit.first_line(e)}")]
     return []
 
 
@@ -271,8 +258,6 @@ def _images(model: str, cfg: Any, agent: Any, skipped: list[str]) -> list[Proble
 def _attention(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
     """veRL builds the actor with ``flash_attention_2`` unless the model's ``override_config`` says otherwise;
     without flash-attn installed, a job for GPUs (``resources.gpus_per_node``) fails when it builds the model."""
-    import importlib.util
-
     model = cfg.actor_rollout_ref.model
     impl = (model.get("override_config") or {}).get("attn_implementation", "flash_attention_2")
     if spec.resources.gpus_per_node <= 0 or impl != "flash_attention_2" \
@@ -314,7 +299,7 @@ def _reward_model(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
     try:
         config = omega_conf_to_dataclass(rm)
     except Exception as e:  # noqa: BLE001
-        return [Problem(where, f"veRL rejects it: {_first_line(e)}")]
+        return [Problem(where, f"veRL rejects it: {kit.first_line(e)}")]
     try:
         from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
@@ -322,7 +307,7 @@ def _reward_model(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
         PPOTrainer._init_resource_pool_mgr(trainer)  # reads config, sets the pools
         pools = trainer.resource_pool_manager.resource_pool_spec
     except Exception as e:  # noqa: BLE001
-        return [Problem(where, f"veRL's trainer rejects its resource pool: {_first_line(e)}")]
+        return [Problem(where, f"veRL's trainer rejects its resource pool: {kit.first_line(e)}")]
     r = config.rollout
     per_server = r.tensor_model_parallel_size * r.data_parallel_size * r.pipeline_model_parallel_size
     gpus = sum(pools.get("reward_pool") or pools["global_pool"])
@@ -354,7 +339,7 @@ def _reward_model(cfg: Any, spec: Spec, skipped: list[str]) -> list[Problem]:
 
         hf_config = HFModelConfig(path=str(path)).hf_config  # as RewardModelManager builds it
     except Exception as e:  # noqa: BLE001
-        return [*problems, Problem(f"{where}.model_path", f"veRL cannot load it: {_first_line(e)}")]
+        return [*problems, Problem(f"{where}.model_path", f"veRL cannot load it: {kit.first_line(e)}")]
     architectures = getattr(hf_config, "architectures", None) or []
     if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
         problems.append(Problem("reward", f"core/reward_model path {served.path}: a {architectures[0]}, not a "
@@ -385,7 +370,9 @@ def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec 
     A check this environment cannot run fully appends one line saying so to ``skipped``; ``semantics`` receives
     what the composed config will do (:func:`semantics_of`).
     """
-    return kit.muted_check(_validate, job_dir, skipped, spec, semantics)
+    from agentbridge_verl.backend import VerlBackend
+
+    return kit.validate_with(VerlBackend(), _validate, job_dir, skipped, spec, semantics)
 
 
 KL_ESTIMATORS = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
@@ -523,21 +510,16 @@ def _rollout_correction(cfg: Any) -> list[Problem]:
             rollout_is_batch_normalize=rc.get("rollout_is_batch_normalize", False),
             rollout_rs=rc.get("rollout_rs"), rollout_rs_threshold=rc.get("rollout_rs_threshold"))
     except Exception as e:  # noqa: BLE001
-        return [Problem(where, f"veRL rejects it: {_first_line(e)}")]
+        return [Problem(where, f"veRL rejects it: {kit.first_line(e)}")]
     if not rc.get("bypass_mode", False) and not cfg.actor_rollout_ref.rollout.get("calculate_log_probs", False):
         return [Problem("actor_rollout_ref.rollout.calculate_log_probs", "must be true: veRL's trainer applies "
                         f"{where} only to a batch with the rollout's log-probs, and skips it without them")]
     return []
 
 
-def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: dict[str, str]) -> list[Problem]:
-    from agentbridge_verl.backend import VerlBackend
-
-    job_dir = Path(job_dir).resolve()
-    start = kit.begin_validation(job_dir, VerlBackend(), pin=VERL_PIN, spec=spec, skipped=skipped)
-    problems, spec, model = start.problems, start.spec, start.model
-    if not start.ready or spec is None:
-        return problems
+def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str],
+              semantics: dict[str, str]) -> list[Problem]:
+    problems, model = start.problems, start.model
     from omegaconf import OmegaConf
 
     raw = yaml.safe_load((job_dir / f"{CONFIG_NAME}.yaml").read_text())
@@ -547,13 +529,13 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
     if unknown:  # the typed configs would only repeat these, less clearly
         return problems + unknown
     problems += legacy_keys(job_keys)
-    try:
-        # with launch.sh's run-format overrides too (a path for each value): veRL must take them as main_ppo's
-        # ray.init runtime env
-        run_env = dict.fromkeys(run_format_env(RUN_DIR_PLACEHOLDER), RUN_DIR_PLACEHOLDER)
-        cfg = compose_job(job_dir, spec, model, ray_worker_env_overrides(run_env))
-    except Exception as e:  # noqa: BLE001 - Hydra's composition errors, one line
-        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"Hydra cannot compose it: {_first_line(e)}")]
+    # with launch.sh's run-format overrides too (a path for each value): veRL must take them as main_ppo's
+    # ray.init runtime env
+    run_env = dict.fromkeys(run_format_env(RUN_DIR_PLACEHOLDER), RUN_DIR_PLACEHOLDER)
+    cfg = kit.composed(lambda: compose_job(job_dir, spec, model, ray_worker_env_overrides(run_env)),
+                       f"{CONFIG_NAME}.yaml", problems)
+    if cfg is None:
+        return problems
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
@@ -569,7 +551,7 @@ def _validate(job_dir: Path, skipped: list[str], spec: Spec | None, semantics: d
         validate_config(checked, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
         OmegaConf.resolve(cfg)
     except Exception as e:  # noqa: BLE001
-        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"veRL's validate_config rejects it: {_first_line(e)}")]
+        return [*problems, Problem(f"{CONFIG_NAME}.yaml", f"veRL's validate_config rejects it: {kit.first_line(e)}")]
     semantics.update(semantics_of(cfg, spec))
     if start.tokenizer is None:
         skipped.append("actor_rollout_ref.model: veRL's model config reads the model's files; not built here")
