@@ -14,6 +14,8 @@ from agentbridge.testing.environments import (
 from agentbridge.testing.harness import (
     ExitAfterReport,
     TimedRay,
+    assert_only_the_adapter_trained,
+    assert_reference_is_the_base,
     assert_refusal_names_who_can,
     logical_gpu_cluster,
     merge_as_ray_init,
@@ -26,6 +28,8 @@ __all__ = [
     "EnvironmentCheckError",
     "ExitAfterReport",
     "TimedRay",
+    "assert_only_the_adapter_trained",
+    "assert_reference_is_the_base",
     "assert_refusal_names_who_can",
     "check_environment",
     "check_seed_block_dataset",

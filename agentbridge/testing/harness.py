@@ -235,3 +235,36 @@ def assert_refusal_names_who_can(line: str, field: str, spec: Any, refusing: str
         can = spec.algorithm.name in other.capabilities().algorithms and \
             not [p for p in other.check(spec) if p.where == field]
         assert (name in named) == can, (name, line)
+
+
+def assert_only_the_adapter_trained(before: Mapping[str, Any], after1: Mapping[str, Any], after2: Mapping[str, Any],
+                                    params: Mapping[str, Any]) -> None:
+    """Assert a LoRA step's weights (snapshots ``before``, after one and two optimizer steps; ``params`` the trained
+    module's parameters): every base weight bit-identical and frozen, every ``lora_`` weight trainable; B starts at
+    zero, so the first step moves only B and the second every adapter weight."""
+    import torch
+
+    adapter = [n for n in before if "lora_" in n]
+    frozen = [n for n in before if "lora_" not in n]
+    assert adapter and frozen and set(before) == set(after2) == set(params)
+    for name in frozen:
+        assert torch.equal(after1[name], before[name]) and torch.equal(after2[name], before[name]), name
+    assert all(params[n].requires_grad for n in adapter) and not any(params[n].requires_grad for n in frozen)
+    assert all(float(before[n].abs().max()) == 0.0 for n in adapter if ".lora_B." in n)
+    assert all(not torch.equal(after1[n], before[n]) for n in adapter if ".lora_B." in n)
+    assert all(not torch.equal(after2[n], before[n]) for n in adapter), \
+        [n for n in adapter if torch.equal(after2[n], before[n])]
+
+
+def assert_reference_is_the_base(step: Mapping[str, Any], tol: float) -> None:
+    """Assert a LoRA step's log-probs against the base model's (``step["base"]`` on ``step["mask"]``): the reference
+    before (``ref0``) and after training (``ref2``) and the policy before its first step (``policy0``: B = 0) within
+    ``tol`` relative to |log-prob| (>= 1); the trained policy (``policy2``) not, so the checks can tell them apart."""
+    m, base = step["mask"], step["base"]
+
+    def gap(logp: Any) -> float:
+        return float(((logp[m] - base[m]).abs() / base[m].abs().clamp(min=1.0)).max())
+
+    for name in ("ref0", "policy0", "ref2"):
+        assert gap(step[name]) <= tol, (name, gap(step[name]))
+    assert gap(step["policy2"]) > 1e-3, gap(step["policy2"])
