@@ -21,8 +21,8 @@ source scripts/uv-env.sh   # the backends' and plugins' environments below insta
 # Python compiles and keeps what is imported on first use (PYTHONDONTWRITEBYTECODE is set on this project's machines)
 export UV_COMPILE_BYTECODE=0
 unset PYTHONDONTWRITEBYTECODE
-# beside the linters, each in the background with its own log: the backends' environments (mostly unpacking and
-# byte-compiling; each adapter's test.sh then finds its environment up to date), DeepSpeed's wheel (an sdist built
+# beside the linters, each in the background with its own log: the backends' environments (mostly resolving and
+# linking from uv's cache; each adapter's test.sh then finds its environment up to date), DeepSpeed's wheel (an sdist built
 # against .venv's torch, so that the TRL GPU profiles' ZeRO-3 config is built and checked) and the OpenEnv server's
 # environment (plugins/openenv/server_env.sh; otherwise made inside the core suite, by its first test), and GEM's
 # (plugins/gem/gem_env.sh: .venv-gem, the same way)
