@@ -72,17 +72,33 @@ done
   | { grep -v "is ignored" || true; }
 took "environments (all, side by side)" "$t"
 # the backends' suites run in the background beside the core's (two cores: much of each suite waits on
-# subprocesses, servers and browsers); their output is printed when both are done
+# subprocesses, servers and browsers), on two lanes: the longest suite (OpenRLHF's) on one, the others one after
+# another on the other, so that no suite is left alone on the machine at the end. Each suite gets a Ray temp directory
+# of its own (RAY_TMPDIR): a plain ray.init() connects to the cluster last started under its temp directory, so two
+# suites' local clusters never meet. Their output is printed when all are done.
+suite() {  # suite <adapter test.sh>: run it, with its time and its own Ray temp directory
+  local name ray s
+  name=$(basename "$(dirname "$1")")
+  ray=$(mktemp -d "/tmp/ab-ray-$name.XXXX")
+  echo "[test] $1"
+  s=$(date +%s)
+  RAY_TMPDIR=$ray bash "$1" --durations=15 || { echo "[test] $1 failed"; rm -rf "$ray"; return 1; }
+  echo "[test] time: $1 $(( $(date +%s) - s ))s"
+  rm -rf "$ray"
+}
+lanes=()
+longest_suite=adapters/openrlhf/test.sh
+if [ -e "$longest_suite" ]; then
+  suite "$longest_suite" > .agentbridge/adapter-tests-1.log 2>&1 &
+  lanes+=("$!")
+fi
 (
   for script in adapters/*/test.sh; do
-    [ -e "$script" ] || continue
-    echo "[test] $script"
-    s=$(date +%s)
-    bash "$script" --durations=15 || { echo "[test] $script failed"; exit 1; }
-    echo "[test] time: $script $(( $(date +%s) - s ))s"
+    [ -e "$script" ] && [ "$script" != "$longest_suite" ] || continue
+    suite "$script" || exit 1
   done
-) > .agentbridge/adapter-tests.log 2>&1 &
-adapters=$!
+) > .agentbridge/adapter-tests-2.log 2>&1 &
+lanes+=("$!")
 t=$(date +%s)
 echo "[test] pytest (core, plugins, example packages, TRL, slime and ROLL adapters; the backends' suites beside it)"
 # two workers, a file at a time each (module fixtures are built once), the longest files first so that neither
@@ -99,12 +115,12 @@ core=0
   "${suites[@]}" "$@" || core=$?
 took "core pytest" "$t"
 backends=0
-wait "$adapters" || backends=$?
+for lane in "${lanes[@]}"; do wait "$lane" || backends=1; done
 took "backends' suites (beside the core's)" "$t"
-cat .agentbridge/adapter-tests.log
+cat .agentbridge/adapter-tests-1.log .agentbridge/adapter-tests-2.log 2>/dev/null || true
 [ "$backends" = 0 ] || echo "[test] a backend's suite failed (above)"
 [ "$core" = 0 ] || echo "[test] the core suite failed (exit $core)"
 took total "$t0"
 printf '[test] time: %s\n' "${times[@]}"
-grep -h "^\[test\] time: adapters" .agentbridge/adapter-tests.log || true
+cat .agentbridge/adapter-tests-[12].log 2>/dev/null | grep -h "^\[test\] time: adapters" || true
 [ "$core" = 0 ] && [ "$backends" = 0 ]
