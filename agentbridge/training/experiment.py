@@ -12,13 +12,16 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
 from agentbridge.training.evaluate import EvalResult, evaluate
 from agentbridge.training.stats import mcnemar_exact, wilcoxon_paired
 from agentbridge.training.warm_start import SFTRun, continue_sft, demonstrations, dev_tasks, sft_rows, warm_start
+
+if TYPE_CHECKING:
+    from agentbridge.training.sharded_eval import ShardedEval
 
 ARMS = ("before_training", "before_rl", "after_rl", "sft_control")
 
@@ -92,12 +95,21 @@ class Experiment:
         self.sft: SFTRun | None = None
         self.snapshot: dict[str, Any] | None = None
         self.rl_seconds = 0.0
+        self.sharded: ShardedEval | None = None   # held-out evaluation on several devices (the phases set it)
 
-    def evaluate(self, arm: str) -> EvalResult | None:
+    def evaluate(self, arm: str, *, source: str | None = None, seed: int = 0) -> EvalResult | None:
+        """Greedy held-out success of the model as it is now, as ``arm``. With ``self.sharded`` set and ``source``
+        (where the same weights load from, with ``seed``), on every device it names, a shard of the tasks each."""
         if not self.eval_tasks:
             return None
-        self.say(f"evaluating {arm} on {len(self.eval_tasks)} held-out tasks (greedy)")
-        result = evaluate(self.agent, self.model, self.eval_tasks)
+        sharded = self.sharded if source is not None else None
+        where = (f", {len(sharded.devices)} shards: {', '.join(sharded.devices)}"
+                 if sharded is not None and len(sharded.devices) > 1 else "")
+        self.say(f"evaluating {arm} on {len(self.eval_tasks)} held-out tasks (greedy{where})")
+        if sharded is not None and source is not None:
+            result = sharded(self.agent, self.model, self.eval_tasks, source, seed)
+        else:
+            result = evaluate(self.agent, self.model, self.eval_tasks)
         self.evals[arm] = result
         s = result.summary()
         groups = "".join(f", {g} {v:.3f}" for g, v in s.get("by_group", {}).items())

@@ -2,7 +2,9 @@
 
 ``prepare`` runs before the backend's trainer: held-out eval of the initial model, the warm start stopped on dev
 success, held-out eval again; it saves the warm-started model and prints the directory the trainer starts from.
-``finish`` runs after it: held-out eval of the trained checkpoint, the paired tests and the run report. The arms,
+``finish`` runs after it: held-out eval of the trained checkpoint, the paired tests and the run report. Each held-out
+evaluation runs on the trainer's devices of this node, a shard of the tasks per GPU
+(:mod:`agentbridge.training.sharded_eval`). The arms,
 ``eval.json`` and ``report.md`` are the ones every backend's run writes (:mod:`agentbridge.training.experiment`);
 the SFT-only control needs the RL phase's wall time in-process, so it is left to backends that train in-process.
 
@@ -49,13 +51,6 @@ def launch_lines(spec: Any, *, job: str, run_dir: str, checkpoint: str) -> tuple
     return before, after
 
 
-def _on_accelerator(model: Any) -> Any:
-    """The model on the first GPU when there is one (a cluster's head node), else where it is."""
-    import torch
-
-    return model.to("cuda") if torch.cuda.is_available() else model
-
-
 def _setup(job_dir: Path, quiet: bool) -> tuple[Any, Any, Any]:
     from agentbridge.rollout.agent import Agent
     from agentbridge.spec import load_spec
@@ -85,26 +80,29 @@ def prepare(job_dir: Path, run_dir: Path, *, quiet: bool = False) -> Path | None
     Writes the run's manifest first."""
     from agentbridge.models import load_model
     from agentbridge.training.experiment import Experiment
+    from agentbridge.training.sharded_eval import ShardedEval, eval_devices
 
     spec, agent, console = _setup(job_dir, quiet)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_manifest(job_dir, run_dir, spec, agent)
-    console.say(f"loading {spec.model.path}")
-    model = _on_accelerator(load_model(spec.model.path, seed=spec.seed))
+    devices = eval_devices(spec.resources.gpus_per_node)
+    console.say(f"loading {spec.model.path} on {devices[0]}")
+    model = load_model(spec.model.path, seed=spec.seed).to(devices[0])
     eval_tasks = agent.tasks("eval") if spec.data.eval is not None else []
+    out = run_dir / WARM_MODEL
     with console.bars():
         experiment = Experiment(agent, model, run_dir, eval_tasks, say=console.say, progress=console.progress)
-        experiment.evaluate("before_training")
+        experiment.sharded = ShardedEval(devices, job_dir / "spec.yaml")
+        experiment.evaluate("before_training", source=spec.model.path, seed=spec.seed)
         if spec.algorithm.warm_start is None:
             if "before_training" in experiment.evals:
                 experiment.evals["before_rl"] = experiment.evals["before_training"]   # the same checkpoint
                 experiment.conclude()
             return None
         experiment.warm_start()
-        experiment.evaluate("before_rl")
-    out = run_dir / WARM_MODEL
-    model.save_pretrained(out)
-    agent.tokenizer.save_pretrained(out)
+        model.save_pretrained(out)  # before its evaluation: the other shards load it from here
+        agent.tokenizer.save_pretrained(out)
+        experiment.evaluate("before_rl", source=str(out))
     console.say(f"warm-started model: {out}")
     return out
 
@@ -114,16 +112,19 @@ def finish(job_dir: Path, run_dir: Path, model_dir: Path, *, quiet: bool = False
     from agentbridge.models import load_model
     from agentbridge.training.experiment import Experiment, load_evals
     from agentbridge.training.report import write_report
+    from agentbridge.training.sharded_eval import ShardedEval, eval_devices
 
     spec, agent, console = _setup(job_dir, quiet)
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir}: no trained checkpoint here (no config.json)")
-    model = _on_accelerator(load_model(str(model_dir)))
+    devices = eval_devices(spec.resources.gpus_per_node)
+    model = load_model(str(model_dir)).to(devices[0])
     eval_tasks = agent.tasks("eval") if spec.data.eval is not None else []
     with console.bars():
         experiment = Experiment(agent, model, run_dir, eval_tasks, say=console.say, progress=console.progress)
+        experiment.sharded = ShardedEval(devices, job_dir / "spec.yaml")
         experiment.evals.update(load_evals(run_dir, eval_tasks))
-        experiment.evaluate("after_rl")
+        experiment.evaluate("after_rl", source=str(model_dir))
         summary = experiment.conclude()
     console.say(f"report: {write_report(run_dir)}")
     return summary
