@@ -5,7 +5,8 @@ import ...``):
   :func:`tensorboard_rows`, :func:`feed_metrics`, :func:`trainer_metrics_main`, :func:`tensorboard_metrics`;
 - the experiment (``agentbridge.training``): :class:`Experiment`, :func:`load_evals`, :func:`check_rl_steps`,
   :class:`NoTrainingSteps`, :func:`zero_steps_problem`, :class:`RunConsole`, :func:`quiet_libraries`,
-  :class:`RunLogger`, :func:`write_report`;
+  :class:`RunLogger`, :func:`write_report`, :class:`GatheredEval` (held-out evaluation over the trainer's
+  processes);
 - the experiment trackers: :class:`Trackers`, :data:`TRACKERS_PLUGIN` (the name they are registered under),
   :func:`tracker_environment`, :func:`tracker_env_lines`;
 - the run directory: :func:`keep_earlier_run`, :func:`manifest`, :func:`package_version`, :func:`text_hash`.
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from agentbridge.training.logger import RunLogger
     from agentbridge.training.phases import feed_metrics, launch_lines, tensorboard_rows, trainer_metrics_main
     from agentbridge.training.report import write_report
+    from agentbridge.training.sharded_eval import GatheredEval
     from agentbridge.training.trackers import PLUGIN_NAME as TRACKERS_PLUGIN
     from agentbridge.training.trackers import Trackers, tracker_env_lines, tracker_environment
 
@@ -46,6 +48,7 @@ _CORE = {
     "check_rl_steps": "agentbridge.training.guards",
     "zero_steps_problem": "agentbridge.training.guards",
     "RunLogger": "agentbridge.training.logger",
+    "GatheredEval": "agentbridge.training.sharded_eval",
     "feed_metrics": "agentbridge.training.phases",
     "launch_lines": "agentbridge.training.phases",
     "tensorboard_rows": "agentbridge.training.phases",
@@ -58,8 +61,8 @@ _CORE = {
 }
 
 __all__ = [
-    "TRACKERS_PLUGIN", "Experiment", "NoTrainingSteps", "RunConsole", "RunLogger", "Trackers", "check_rl_steps",
-    "feed_metrics", "keep_earlier_run", "launch_lines", "load_evals", "manifest", "package_version",
+    "TRACKERS_PLUGIN", "Experiment", "GatheredEval", "NoTrainingSteps", "RunConsole", "RunLogger", "Trackers",
+    "check_rl_steps", "feed_metrics", "keep_earlier_run", "launch_lines", "load_evals", "manifest", "package_version",
     "quiet_libraries", "tensorboard_rows", "text_hash", "tracker_env_lines", "tracker_environment",
     "tensorboard_metrics", "trainer_launch_lines", "trainer_metrics_main", "write_report", "zero_steps_problem",
 ]

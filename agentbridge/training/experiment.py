@@ -21,7 +21,7 @@ from agentbridge.training.stats import mcnemar_exact, wilcoxon_paired
 from agentbridge.training.warm_start import SFTRun, continue_sft, demonstrations, dev_tasks, sft_rows, warm_start
 
 if TYPE_CHECKING:
-    from agentbridge.training.sharded_eval import ShardedEval
+    from agentbridge.training.sharded_eval import GatheredEval, ShardedEval
 
 ARMS = ("before_training", "before_rl", "after_rl", "sft_control")
 
@@ -95,19 +95,17 @@ class Experiment:
         self.sft: SFTRun | None = None
         self.snapshot: dict[str, Any] | None = None
         self.rl_seconds = 0.0
-        self.sharded: ShardedEval | None = None   # held-out evaluation on several devices (the phases set it)
+        self.sharded: ShardedEval | GatheredEval | None = None   # held-out evaluation spread over devices
 
     def evaluate(self, arm: str, *, source: str | None = None, seed: int = 0) -> EvalResult | None:
-        """Greedy held-out success of the model as it is now, as ``arm``. With ``self.sharded`` set and ``source``
-        (where the same weights load from, with ``seed``), on every device it names, a shard of the tasks each."""
+        """Greedy held-out success of the model as it is now, as ``arm``; with ``self.sharded`` set, spread as it
+        says (``source``, ``seed``: where its other processes load the same weights from)."""
         if not self.eval_tasks:
             return None
-        sharded = self.sharded if source is not None else None
-        where = (f", {len(sharded.devices)} shards: {', '.join(sharded.devices)}"
-                 if sharded is not None and len(sharded.devices) > 1 else "")
+        where = f", {self.sharded.label}" if self.sharded is not None and self.sharded.label else ""
         self.say(f"evaluating {arm} on {len(self.eval_tasks)} held-out tasks (greedy{where})")
-        if sharded is not None and source is not None:
-            result = sharded(self.agent, self.model, self.eval_tasks, source, seed)
+        if self.sharded is not None:
+            result = self.sharded(self.agent, self.model, self.eval_tasks, source, seed)
         else:
             result = evaluate(self.agent, self.model, self.eval_tasks)
         self.evals[arm] = result

@@ -13,7 +13,7 @@ when set, else the visible GPUs up to the spec's ``resources.gpus_per_node``, el
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,11 +70,18 @@ class ShardedEval:
     devices: list[str]
     spec_path: Path
 
-    def __call__(self, agent: Agent, model: Any, tasks: list[Task], source: str, seed: int = 0) -> EvalResult:
+    @property
+    def label(self) -> str:
+        """How the evaluation is spread, for the console ("" on one device)."""
+        return f"{len(self.devices)} shards: {', '.join(self.devices)}" if len(self.devices) > 1 else ""
+
+    def __call__(self, agent: Agent, model: Any, tasks: list[Task], source: str | None, seed: int = 0) -> EvalResult:
         """``tasks``: the job's ``agent.tasks("eval")``, which each shard's process loads again."""
         count = min(len(self.devices), max(1, len(tasks)))
         if count == 1:
             return evaluate(agent, model, tasks)
+        if source is None:
+            raise ValueError("a held-out evaluation on several devices needs the directory its weights load from")
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked process
@@ -84,6 +91,27 @@ class ShardedEval:
                                   shard(ids, i, count), i, count) for i in range(1, count)]
             mine = evaluate(agent, model, shard(tasks, 0, count))
             return merge([mine, *(f.result() for f in others)])
+
+
+@dataclass
+class GatheredEval:
+    """Evaluates over the processes of a distributed trainer that each hold the same weights: process ``index`` of
+    ``count`` takes its shard of the tasks, ``gather`` (called by every process, returning every process's part in
+    process order) brings the parts together, and every process gets the merged result."""
+
+    index: int
+    count: int
+    gather: Callable[[EvalResult], list[EvalResult]]
+
+    @property
+    def label(self) -> str:
+        return f"{self.count} shards: one per process" if self.count > 1 else ""
+
+    def __call__(self, agent: Agent, model: Any, tasks: list[Task], source: str | None = None,
+                 seed: int = 0) -> EvalResult:
+        if self.count == 1:
+            return evaluate(agent, model, tasks)
+        return merge(self.gather(evaluate(agent, model, shard(tasks, self.index, self.count))))
 
 
 def evaluate_shard(spec_path: str, source: str, seed: int, device: str, ids: list[str], index: int,

@@ -77,6 +77,7 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
     if not rl_done:  # a run that would make no RL step stops here, before the evaluations and the warm start
         check_rl_steps(len(train_tasks), *rl_step_plan(grpo_kwargs, ranks.count, len(train_tasks)))
     lora = spec.model.lora
+    whole = lora is None or rl_done  # every rank holds the trained model whole after RL (LoRA: see below)
     model_path = str(checkpoint) if checkpoint is not None and rl_done else spec.model.path
     if lora is not None and checkpoint is not None:  # the checkpoint holds the adapter: its base is loaded
         model_path = _lora_base(run_dir, spec)
@@ -162,9 +163,12 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
                     trackers.close()
             if uses_deepspeed(trainer):  # every rank: DeepSpeed's shards gathered into one whole model on each
                 model = _after_deepspeed(experiment, trainer)
+                whole = True
             elif lora is not None and ranks.main:
                 model = _after_lora(experiment, trainer)
-        if not ranks.main:  # RL was the only phase spread over the ranks
+        if ranks.count > 1 and whole:
+            _after_rl_on_every_rank(experiment, ranks)
+        if not ranks.main:  # RL (and the evaluation after it) were the phases spread over the ranks
             return {}
         if "after_rl" not in experiment.evals:  # a resumed run may have evaluated it before it stopped
             experiment.evaluate("after_rl")
@@ -223,6 +227,21 @@ def _after_deepspeed(experiment: Any, trainer: Any) -> Any:
     if experiment.sft is not None:  # the control's SFT loop, on the plain model (the snapshot restores its start)
         experiment.sft = experiment._sft_run(experiment.sft.rows)
     return model
+
+
+def _after_rl_on_every_rank(experiment: Any, ranks: Any) -> None:
+    """The held-out evaluation after RL spread over the ranks, each holding the trained model whole: a shard of the
+    tasks each, gathered to the main process's ``after_rl`` arm (which it decides on: a resumed run may have it)."""
+    from agentbridge.adapter.training import GatheredEval
+
+    if not ranks.gather("after_rl" not in experiment.evals)[0]:
+        return
+    experiment.sharded = GatheredEval(ranks.index, ranks.count, ranks.gather)
+    if ranks.main:
+        experiment.evaluate("after_rl")
+    else:
+        experiment.sharded(experiment.agent, experiment.model, experiment.eval_tasks)
+    experiment.sharded = None  # the SFT-only control's evaluation runs on the main process alone
 
 
 def _after_lora(experiment: Any, trainer: Any) -> Any:

@@ -1,5 +1,6 @@
 """A TRL job under ``accelerate launch`` with several CPU processes (gloo): the run directory is set up once, the
-phases around RL run on the main process only, and each step's row covers the episodes of every rank.
+phases before RL run on the main process only, RL and the held-out evaluation after it on every rank (a shard of
+the tasks each), and each step's row covers the episodes of every rank.
 
 accelerate 1.16 starts several CPU processes only through torchrun (``--multi_gpu``; ``--cpu`` alone runs one
 process unless mpirun is used); the job's ``use_cpu`` makes every process join a gloo group.
@@ -32,18 +33,23 @@ SPY = '''
 import json, os, sys
 from pathlib import Path
 import agentbridge.runs, agentbridge.training.experiment, agentbridge.training.logger
+import agentbridge.training.sharded_eval
 
 def spy(module, name):
     real = getattr(module, name)
     def wrapped(*args, **kwargs):
+        call = {"rank": int(os.environ["RANK"]), "call": name}
+        if name == "evaluate":  # a shard of the held-out evaluation: how many tasks
+            call["tasks"] = len(args[2])
         with Path(os.environ["SPY_LOG"]).open("a") as f:
-            f.write(json.dumps({"rank": int(os.environ["RANK"]), "call": name}) + "\\n")
+            f.write(json.dumps(call) + "\\n")
         return real(*args, **kwargs)
     setattr(module, name, wrapped)
 
 spy(agentbridge.runs, "keep_earlier_run")
 spy(agentbridge.training.experiment, "write_evals")
 spy(agentbridge.training.logger, "append_jsonl")
+spy(agentbridge.training.sharded_eval, "evaluate")
 from agentbridge_trl.entry import main
 sys.exit(main())
 '''
@@ -94,6 +100,10 @@ def test_two_ranks_write_the_run_once_and_log_every_ranks_episodes(tmp_path: Pat
     assert res.returncode == 0, res.stderr[-3000:]
 
     calls = [json.loads(x) for x in log.read_text().splitlines()]
+    # the held-out evaluation after RL: a task on each rank (the rank's shard), the only call the other rank made
+    shards = [c for c in calls if c["call"] == "evaluate"]
+    assert sorted((c["rank"], c["tasks"]) for c in shards) == [(0, 1), (1, 1)]
+    calls = [c for c in calls if c["call"] != "evaluate"]
     assert {c["rank"] for c in calls} == {0}  # only the main process wrote to the run directory
     counts = Counter(c["call"] for c in calls)
     assert counts["keep_earlier_run"] == 1 and counts["write_evals"] >= 4 and counts["append_jsonl"] > 0
