@@ -117,13 +117,21 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
     with console.bars():
         experiment = Experiment(agent, model, run_dir, eval_tasks, say=say, progress=progress)
         earlier_s = 0.0  # RL time spent before the checkpoint a resumed run continues from
-        if ranks.main:  # the phases before RL run once; the other ranks start RL from their result
+        # a new run's held-out evaluations before RL are spread over the ranks (each holds the same weights); the
+        # warm start runs once, on the main process, and the other ranks start RL from its weights
+        spread = ranks.count > 1 and checkpoint is None
+        warm_started = checkpoint is None and spec.algorithm.warm_start is not None
+        if spread:
+            _evaluate_on_every_rank(experiment, ranks, "before_training")
+        if ranks.main:
             save_state = grpo_kwargs.get("save_strategy", "no") != "no"
             earlier_s = _before_rl(experiment, run_dir, checkpoint, save_state=save_state,
-                                   share_weights=ranks.count > 1)
-            if lora is not None and save_state and checkpoint is None and spec.algorithm.warm_start is not None:
+                                   share_weights=ranks.count > 1, evaluate=not spread)
+            if lora is not None and save_state and warm_started:
                 model.save_pretrained(run_dir / RL_BASE)  # what the adapter in the checkpoints trains on
-        _share_start(ranks, model, run_dir / RL_START, checkpoint is None and spec.algorithm.warm_start is not None)
+        _share_start(ranks, model, run_dir / RL_START, warm_started)
+        if spread and warm_started:
+            _evaluate_on_every_rank(experiment, ranks, "before_rl")
         algo = spec.algorithm
         update = progress("GRPO", algo.steps)
         last_step = algo.steps
@@ -166,8 +174,9 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
                 whole = True
             elif lora is not None and ranks.main:
                 model = _after_lora(experiment, trainer)
-        if ranks.count > 1 and whole:
-            _after_rl_on_every_rank(experiment, ranks)
+        # the main process decides (a resumed run may have evaluated it before it stopped)
+        if ranks.count > 1 and whole and ranks.gather("after_rl" not in experiment.evals)[0]:
+            _evaluate_on_every_rank(experiment, ranks, "after_rl")
         if not ranks.main:  # RL (and the evaluation after it) were the phases spread over the ranks
             return {}
         if "after_rl" not in experiment.evals:  # a resumed run may have evaluated it before it stopped
@@ -185,9 +194,10 @@ def run_job(job_dir: Path, run_dir: Path, *, quiet: bool = False, resume: bool =
 
 
 def _before_rl(experiment: Any, run_dir: Path, checkpoint: Path | None, *, save_state: bool,
-               share_weights: bool) -> float:
+               share_weights: bool, evaluate: bool = True) -> float:
     """The main process's phases before RL: held-out eval, the warm start and its eval (or, resuming, reading
-    them back and dropping the rows after the checkpoint). Returns the RL time spent before the checkpoint."""
+    them back and dropping the rows after the checkpoint). Returns the RL time spent before the checkpoint.
+    ``evaluate=False``: the evaluations are left to every rank (:func:`_evaluate_on_every_rank`)."""
     import torch
 
     from agentbridge.adapter.training import load_evals
@@ -195,10 +205,12 @@ def _before_rl(experiment: Any, run_dir: Path, checkpoint: Path | None, *, save_
 
     spec = experiment.agent.spec
     if checkpoint is None:
-        experiment.evaluate("before_training")
+        if evaluate:
+            experiment.evaluate("before_training")
         experiment.warm_start()
         if spec.algorithm.warm_start is not None:
-            experiment.evaluate("before_rl")
+            if evaluate:
+                experiment.evaluate("before_rl")
             if share_weights:  # what the other ranks start RL from
                 torch.save(experiment.model.state_dict(), run_dir / RL_START)
         elif "before_training" in experiment.evals:
@@ -229,16 +241,16 @@ def _after_deepspeed(experiment: Any, trainer: Any) -> Any:
     return model
 
 
-def _after_rl_on_every_rank(experiment: Any, ranks: Any) -> None:
-    """The held-out evaluation after RL spread over the ranks, each holding the trained model whole: a shard of the
-    tasks each, gathered to the main process's ``after_rl`` arm (which it decides on: a resumed run may have it)."""
+def _evaluate_on_every_rank(experiment: Any, ranks: Any, arm: str) -> None:
+    """The held-out evaluation of ``arm`` spread over the ranks (every rank must call it, each holding the same
+    weights): a shard of the tasks each, gathered to the main process, which records the arm."""
     from agentbridge.adapter.training import GatheredEval
 
-    if not ranks.gather("after_rl" not in experiment.evals)[0]:
+    if not experiment.eval_tasks:
         return
     experiment.sharded = GatheredEval(ranks.index, ranks.count, ranks.gather)
     if ranks.main:
-        experiment.evaluate("after_rl")
+        experiment.evaluate(arm)
     else:
         experiment.sharded(experiment.agent, experiment.model, experiment.eval_tasks)
     experiment.sharded = None  # the SFT-only control's evaluation runs on the main process alone

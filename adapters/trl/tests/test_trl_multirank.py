@@ -1,6 +1,6 @@
 """A TRL job under ``accelerate launch`` with several CPU processes (gloo): the run directory is set up once, the
-phases before RL run on the main process only, RL and the held-out evaluation after it on every rank (a shard of
-the tasks each), and each step's row covers the episodes of every rank.
+warm start runs on the main process only, RL and the held-out evaluations on every rank (a shard of the tasks each),
+and each step's row covers the episodes of every rank.
 
 accelerate 1.16 starts several CPU processes only through torchrun (``--multi_gpu``; ``--cpu`` alone runs one
 process unless mpirun is used); the job's ``use_cpu`` makes every process join a gloo group.
@@ -100,9 +100,10 @@ def test_two_ranks_write_the_run_once_and_log_every_ranks_episodes(tmp_path: Pat
     assert res.returncode == 0, res.stderr[-3000:]
 
     calls = [json.loads(x) for x in log.read_text().splitlines()]
-    # the held-out evaluation after RL: a task on each rank (the rank's shard), the only call the other rank made
+    # the held-out evaluations before the warm start, after it and after RL: a task on each rank (the rank's shard)
+    # each time, the only calls the other rank made
     shards = [c for c in calls if c["call"] == "evaluate"]
-    assert sorted((c["rank"], c["tasks"]) for c in shards) == [(0, 1), (1, 1)]
+    assert sorted((c["rank"], c["tasks"]) for c in shards) == [(0, 1)] * 3 + [(1, 1)] * 3
     calls = [c for c in calls if c["call"] != "evaluate"]
     assert {c["rank"] for c in calls} == {0}  # only the main process wrote to the run directory
     counts = Counter(c["call"] for c in calls)
