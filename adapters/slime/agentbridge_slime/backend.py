@@ -172,7 +172,13 @@ class SlimeBackend(kit.Adapter):
             f"SLIME_DIR=\"${{SLIME_DIR:?set SLIME_DIR to the checkout of {SLIME_REPO} on the nodes}}\"",
             f"# {draft.spec.resources.nodes} node(s) x {gpus_per_node(draft.spec)} GPU(s): --actor-num-nodes / "
             "--actor-num-gpus-per-node in slime_job.yaml",
+            "# what slime's own launcher gives its job (slime/utils/external_utils/command_utils.py): NCCL's NVLink",
+            "# SHARP when this node's GPUs have NVLink, no proxy for the local addresses, Ray without uvloop",
+            "NVLINKS=$( (nvidia-smi topo -m 2>/dev/null || true) | grep -o 'NV[0-9][0-9]*' | wc -l)",
+            'if [ "$NVLINKS" -gt 0 ]; then HAS_NVLINK=1; else HAS_NVLINK=0; fi',
         ], {"PYTHONPATH": "$SLIME_DIR${MEGATRON_DIR:+:$MEGATRON_DIR}", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+            "NCCL_NVLS_ENABLE": "$HAS_NVLINK", "RAY_USE_UVLOOP": "0",
+            "no_proxy": "localhost,127.0.0.1${no_proxy:+,$no_proxy}",
             "TENSORBOARD_DIR": "$RUN_DIR/tensorboard/slime", **worker_env()},
             'SLIME_DIR="$SLIME_DIR" MEGATRON_DIR="${MEGATRON_DIR:-}" bash launch.sh "$@"',
             carries="to every worker (slime's TensorBoard writers, the generate function's episodes)",
