@@ -5,11 +5,12 @@ adapter as kit``).
 - ``scripts``: :func:`write_script`, :func:`shell_quote`, :func:`default_line`, :func:`model_line`,
   :func:`ray_submit_lines`: every value from a spec quoted;
 - ``checks``: algorithm, options, owned overrides, recipe, groups, images; :func:`foreign_note`;
-- ``validation``: a validator's sequence (:func:`validate_with`), its start (:func:`begin_validation`,
-  :func:`agent_check`), its backend's chatter muted (:func:`muted`), a Hydra config composed (:func:`compose_hydra`,
-  :func:`composed`) and the JSON protocol between environments
-  (:func:`run_validator`, :func:`validate_in`, :func:`validator_main`);
+- ``validation``: a validator's sequence (:func:`job_validator`, :func:`validate_with`), its start
+  (:func:`begin_validation`, :func:`agent_check`), its backend's chatter muted (:func:`muted`), a Hydra config composed
+  (:func:`compose_hydra`, :func:`composed`; its keys the backend does not have: :func:`unknown_config_keys`) and the
+  JSON protocol between environments (:func:`run_validator`, :func:`validate_in`, :func:`validator_main`);
 - ``job``: :func:`new_job`, :func:`job_spec`, :func:`launch_job`, :func:`set_dotted`, :func:`flatten`;
+- ``options``: :class:`BackendOptions`, what of ``spec.backend`` one backend reads (its options and overrides);
 - ``tasks``: the task codec (:data:`TASK_KEY`, :func:`encode_task`, :func:`decode_task`);
 - ``cluster``: :func:`ray_cluster_nodes`;
 - the core's names an adapter needs beside them (imported where they are defined on first use, so that importing
@@ -23,6 +24,8 @@ The rest of what an adapter imports from the core, by what it is for (each name 
 - :mod:`agentbridge.adapter.models`: models, tokenizers and the reward models a backend serves;
 - :mod:`agentbridge.adapter.training`: a training run's phases, metrics, trackers, console, report and run directory;
 - :mod:`agentbridge.adapter.conformance`: the conformance kit (golden episodes, records, probes).
+- :mod:`agentbridge.adapter.inline_cli`: a backend's command line whose parser its program builds under ``__main__``,
+  run from the installed source.
 
 Beside these and :mod:`agentbridge.spec`, an adapter imports only the public face, ``agentbridge`` (``hookimpl``,
 ``Task``, ...): the import contract "Adapters import the core through its faces" (pyproject.toml) holds that.
@@ -46,6 +49,7 @@ from agentbridge.adapter.checks import (
 )
 from agentbridge.adapter.cluster import ray_cluster_nodes
 from agentbridge.adapter.job import flatten, job_spec, launch_job, new_job, set_dotted
+from agentbridge.adapter.options import BackendOptions
 from agentbridge.adapter.scripts import (
     SCRIPT_HEAD,
     default_line,
@@ -63,10 +67,12 @@ from agentbridge.adapter.validation import (
     compose_hydra,
     composed,
     first_line,
+    job_validator,
     local_model_path,
     muted,
     muted_check,
     run_validator,
+    unknown_config_keys,
     validate_in,
     validate_with,
     validator_main,
@@ -94,13 +100,13 @@ _CORE = {
 __all__ = [
     "Capabilities", "Job", "JobError", "Problem", "Report", "append_jsonl", "backend_python", "get_plugins",
     "read_jsonl", "write_jsonl",
-    "Adapter", "Draft", "JobCheck", "SCRIPT_HEAD", "TASK_KEY", "agent_check", "algorithm_check", "begin_validation",
-    "compose_hydra", "composed", "decode_task", "default_line", "encode_task", "first_line", "flatten", "foreign_note",
-    "group_problem", "job_spec", "launch_job", "local_model_path", "model_line", "multimodal_problem", "muted",
-    "muted_check", "new_job", "option_problems", "owned_override_problems", "ray_cluster_nodes", "ray_submit_lines",
-    "recipe_problems",
-    "run_dir_lines", "run_validator", "set_dotted", "shell_quote", "unknown_options", "validate_in", "validate_with",
-    "validator_main", "write_script",
+    "Adapter", "BackendOptions", "Draft", "JobCheck", "SCRIPT_HEAD", "TASK_KEY", "agent_check", "algorithm_check",
+    "begin_validation", "compose_hydra", "composed", "decode_task", "default_line", "encode_task", "first_line",
+    "flatten", "foreign_note", "group_problem", "job_spec", "job_validator", "launch_job", "local_model_path",
+    "model_line", "multimodal_problem", "muted", "muted_check", "new_job", "option_problems", "owned_override_problems",
+    "ray_cluster_nodes", "ray_submit_lines", "recipe_problems", "run_dir_lines", "run_validator", "set_dotted",
+    "shell_quote", "unknown_config_keys", "unknown_options", "validate_in", "validate_with", "validator_main",
+    "write_script",
 ]
 
 

@@ -1,4 +1,5 @@
-"""The Ray cluster a job is submitted to, measured before launch."""
+"""The Ray cluster a job is submitted to, measured before launch (:func:`placement_main`, the check ``launch.sh``
+runs before a backend's trainer)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,29 @@ def ray_cluster_nodes(address: str, connect_timeout_s: float = 5.0) -> list[dict
 
 
 ADDRESS_ENV = "RAY_ADDRESS"  # where ray.init() connects (a backend's own too); Ray sets it for a Ray job's entrypoint
+
+
+def ray_node_gpus(address: str) -> list[int]:
+    """The GPUs of each alive node of the Ray cluster at ``address``, most first (:func:`ray_cluster_nodes`)."""
+    return sorted((int(node.get("GPU", 0)) for node in ray_cluster_nodes(address)), reverse=True)
+
+
+def local_ray_gpus() -> int:
+    """The GPUs a Ray cluster started on this machine declares: Ray's own count, capped by the visible devices."""
+    from ray._private.accelerators import get_accelerator_manager_for_resource
+
+    manager = get_accelerator_manager_for_resource("GPU")
+    count = manager.get_current_node_num_accelerators()
+    visible = manager.get_current_process_visible_accelerator_ids()
+    return min(count, len(visible)) if visible is not None else count
+
+
+def unaddressed(nodes: int, label: str, waits_for: str) -> str:
+    """The line that refuses a job spanning ``nodes`` nodes launched without ``RAY_ADDRESS``: the backend (``label``)
+    would start a Ray cluster of this machine alone and wait forever for ``waits_for``."""
+    return (f"the job spans {nodes} nodes but {ADDRESS_ENV} is not set: {label} would start a Ray cluster of this "
+            f"machine alone and wait forever for {waits_for}; submit it to the cluster with submit.sh, or set "
+            f"{ADDRESS_ENV} to launch it from a node of the cluster")
 
 
 def unreachable(address: str, error: BaseException) -> str:

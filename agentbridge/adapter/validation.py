@@ -1,4 +1,5 @@
-"""A backend's validator: its shared start, the agent's check, and the one JSON protocol between environments."""
+"""A backend's validator: its shared start (:func:`job_validator`, :func:`validate_with`), the agent's check, and the
+one JSON protocol between environments."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import logging
 import subprocess
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,21 @@ def validate_with(backend: Any, check: Callable[[Path, JobCheck, Spec, list[str]
     return run(Path(job_dir), [] if skipped is None else skipped, spec, {} if semantics is None else semantics)
 
 
+def job_validator(backend: str, check: Callable[[Path, JobCheck, Spec, list[str], dict[str, str]], list[Problem]],
+                  doc: str, **options: Any) -> Callable[..., list[Problem]]:
+    """A validator module's ``validate_job(job_dir, skipped=None, *, spec=None, semantics=None)``: :func:`validate_with`
+    of ``check`` with ``options`` for the adapter class ``backend`` names (``"module:Class"``, imported when a job is
+    validated, so that the validator module does not import its own backend); ``doc`` is its docstring."""
+    def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
+                     semantics: dict[str, str] | None = None) -> list[Problem]:
+        module, _, name = backend.partition(":")
+        adapter = getattr(importlib.import_module(module), name)()
+        return validate_with(adapter, check, job_dir, skipped, spec, semantics, **options)
+
+    validate_job.__doc__ = doc
+    return validate_job
+
+
 def composed(compose: Callable[[], Any], where: str, problems: list[Problem]) -> Any:
     """``compose()`` (the job's Hydra config), or None with the one-line problem at ``where`` added to ``problems``
     when Hydra cannot compose it."""
@@ -142,6 +158,28 @@ def composed(compose: Callable[[], Any], where: str, problems: list[Problem]) ->
     except Exception as e:  # noqa: BLE001 - Hydra's composition errors, one line
         problems.append(Problem(where, f"Hydra cannot compose it: {first_line(e)}"))
         return None
+
+
+def unknown_config_keys(job_keys: Iterable[str], base: Any, where: str, label: str) -> list[Problem]:
+    """The dotted ``job_keys`` (a job's config file ``where``) that the backend's own composed config ``base`` does not
+    have, one problem each naming the backend (``label``); below an empty mapping of ``base`` any key is open."""
+    from omegaconf import DictConfig
+
+    problems = []
+    for dotted in job_keys:
+        node: Any = base
+        for i, part in enumerate(dotted.split(".")):
+            if isinstance(node, DictConfig) and len(node) == 0 and i > 0:
+                break  # an open mapping
+            if part not in node.keys():  # ``in`` would be False for keys whose value is ??? (missing)
+                head = ".".join(dotted.split(".")[: i + 1])
+                problems.append(Problem(f"{where}: {dotted}",
+                                        f"'{head}' is not a {label} config key; check backend.overrides"))
+                break
+            node = node._get_node(part)
+            if not isinstance(node, DictConfig):
+                break  # a leaf: the job sets its value
+    return problems
 
 
 def local_model_path(path: str) -> str | None:

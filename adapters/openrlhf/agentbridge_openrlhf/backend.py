@@ -11,6 +11,7 @@ from typing import Any
 from agentbridge import adapter as kit
 from agentbridge.adapter import Job, JobError, Problem, write_jsonl
 from agentbridge.adapter.models import is_vlm
+from agentbridge.adapter.rollout import prompt_messages
 from agentbridge.adapter.scripts import runtime_env_json_lines, worker_env
 from agentbridge.adapter.training import launch_lines
 from agentbridge.spec import Spec
@@ -74,8 +75,7 @@ def dataset_row(spec: Spec, task: Any) -> dict[str, Any]:
     data = dict(task.data) if isinstance(task.data, dict) else {}
     images = data.pop("images", None) or []
     label = {**task.to_dict(), "data": data}
-    messages = ([{"role": "system", "content": spec.agent.system_prompt}] if spec.agent.system_prompt else [])
-    messages.append({"role": "user", "content": "<image>" * len(images) + task.prompt})
+    messages = prompt_messages(spec.agent.system_prompt, "<image>" * len(images) + task.prompt)
     row: dict[str, Any] = {"prompt": messages, "label": json.dumps(label, ensure_ascii=False),
                            "datasource": spec.name}
     if images:

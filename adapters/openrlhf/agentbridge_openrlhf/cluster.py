@@ -16,45 +16,27 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentbridge.adapter import ray_cluster_nodes
-from agentbridge.adapter.cluster import ADDRESS_ENV, placement_main, unreachable
+from agentbridge.adapter.cluster import local_ray_gpus as local_gpus
+from agentbridge.adapter.cluster import placement_main, ray_node_gpus, unaddressed, unreachable
 from agentbridge_openrlhf.config import describe_demand, gpu_demand
-
-
-def local_gpus() -> int:
-    """The GPUs a Ray cluster started on this machine declares: Ray's own count, capped by the visible devices."""
-    from ray._private.accelerators import get_accelerator_manager_for_resource
-
-    manager = get_accelerator_manager_for_resource("GPU")
-    count = manager.get_current_node_num_accelerators()
-    visible = manager.get_current_process_visible_accelerator_ids()
-    return min(count, len(visible)) if visible is not None else count
-
-
-def cluster_gpus(address: str) -> int:
-    """The GPUs of the Ray cluster at ``address`` (its alive nodes'), connecting as a driver briefly."""
-    return int(sum(node.get("GPU", 0) for node in ray_cluster_nodes(address)))
 
 
 def placement_problem(args: Any, address: str | None) -> str | None:
     """Why ``train(args)`` would wait forever for its placement groups with ``RAY_ADDRESS=address``, or None."""
+    from agentbridge_openrlhf.validate import flag_of
+
     def flag(dotted: str) -> Any:
-        value = args
-        for part in dotted.split("."):
-            value = getattr(value, part, None)
-        return value
+        return flag_of(args, dotted)
 
     demand = gpu_demand(flag)
     roles = ["actor", *(["ref"] if float(flag("algo.kl.init_coef") or 0) > 0 else []),
              *(["critic"] if flag("critic.model_name_or_path") else [])]
     nodes = max(int(flag(f"{role}.num_nodes")) for role in roles)
     if address is None and nodes > 1:
-        return (f"the job spans {nodes} nodes but {ADDRESS_ENV} is not set: OpenRLHF would start a Ray cluster of "
-                f"this machine alone and wait forever for the other nodes' GPUs; submit it to the cluster with "
-                f"submit.sh, or set {ADDRESS_ENV} to launch it from a node of the cluster")
+        return unaddressed(nodes, "OpenRLHF", "the other nodes' GPUs")
     wanted = sum(demand.values())
     try:
-        have = local_gpus() if address is None else cluster_gpus(address)
+        have = local_gpus() if address is None else sum(ray_node_gpus(address))
     except Exception as e:  # noqa: BLE001 - Ray's connection errors vary; one line says which cluster
         return unreachable(str(address), e)
     if wanted > have:

@@ -9,9 +9,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from agentbridge.adapter import BackendOptions
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting
 from agentbridge.spec.schema import Spec
-from agentbridge.spec.sizing import backend_options
 
 OPENRLHF_PIN = "0.11.2"
 BACKEND = "openrlhf"
@@ -82,28 +82,13 @@ SIZING_OPTIONS = {"micro_batch_size": "train_micro_batch_size", "gradient_checkp
 OWNED = ("train.agent_func_path", "data.prompt_dataset", "data.input_key", "data.label_key")
 
 
-def applies(spec: Spec) -> bool:
-    """Whether ``backend.options`` / ``backend.overrides`` are OpenRLHF's: they belong to ``backend.name``."""
-    return spec.backend.name == BACKEND
-
-
-def options(spec: Spec) -> dict[str, Any]:
-    """OpenRLHF's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
-    return backend_options(spec, "openrlhf", OPTIONS, SIZING_OPTIONS)
+OWN_OPTIONS = BackendOptions(BACKEND, OPTIONS, SIZING_OPTIONS)
+applies, options = OWN_OPTIONS.applies, OWN_OPTIONS.options
 
 
 def overrides(spec: Spec) -> dict[str, Any]:
     """``backend.overrides`` when the spec's backend is OpenRLHF (another backend's flags mean nothing here)."""
     return dict(spec.backend.overrides) if applies(spec) else {}
-
-
-def foreign_note(spec: Spec) -> str | None:
-    """The line saying that another backend's options/overrides were left out, or None."""
-    foreign = [k for k in ("options", "overrides") if getattr(spec.backend, k)]
-    if not foreign or applies(spec):
-        return None
-    return (f"backend.{' and backend.'.join(foreign)} are for backend {spec.backend.name} (backend.name): not "
-            "applied to the OpenRLHF job")
 
 
 @cache

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import datetime
-import importlib.util
-import io
 import json
 import os
 import subprocess
@@ -24,60 +21,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentbridge import Message
 from agentbridge import adapter as kit
 from agentbridge.adapter import Problem
+from agentbridge.adapter.inline_cli import CommandLineRejected, main_block, run_statements
 from agentbridge.spec import Spec, recipe
 from agentbridge_openrlhf.config import OPENRLHF_PIN, OWNED
 
-
-class ArgsError(ValueError):
-    """OpenRLHF's parser or one of its post-parse checks rejected the command line (one line)."""
+ArgsError = CommandLineRejected  # OpenRLHF's parser or a post-parse check rejected the command line (one line)
 
 
 def _main_block(module: str = "openrlhf.cli.train_ppo_ray") -> tuple[str, list[ast.stmt]]:
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise ArgsError(f"openrlhf is not installed in this interpreter; install openrlhf=={OPENRLHF_PIN}")
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    for node in tree.body:
-        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
-                and getattr(node.test.left, "id", "") == "__name__"):
-            return spec.origin, node.body
-    raise ArgsError(f"{spec.origin} has no __main__ block; is this openrlhf {OPENRLHF_PIN}?")
+    return main_block(module, f"install openrlhf=={OPENRLHF_PIN}", f"openrlhf {OPENRLHF_PIN}")
 
 
 def _exec(statements: list[ast.stmt], origin: str, argv: list[str], prog: str = "train_ppo_ray",
           names: dict[str, Any] | None = None) -> dict[str, Any]:
-    code = compile(ast.Module(body=statements, type_ignores=[]), origin, "exec")
-    ns: dict[str, Any] = {"argparse": argparse, "datetime": datetime.datetime, "os": os, "__name__": "__main__",
-                          **(names or {})}
-    old, sys.argv = sys.argv, [prog, *argv]
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            exec(code, ns)  # noqa: S102 - OpenRLHF's own parser code, from the installed package
-    except SystemExit:  # argparse: usage + "error: ..." on stderr
-        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        msg = lines[-1] if lines else "argparse rejected the command line"
-        raise ArgsError(msg.split("error: ", 1)[-1]) from None
-    except AssertionError as e:
-        raise ArgsError(str(e).strip().splitlines()[0] if str(e).strip() else "a post-parse assert failed "
-                        f"(line {_tb_line(e)} of train_ppo_ray.py)") from None
-    except (ValueError, TypeError, KeyError) as e:
-        raise ArgsError(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
-    finally:
-        sys.argv = old
-    return ns
-
-
-def _tb_line(e: BaseException) -> int:
-    tb = e.__traceback__
-    line = 0
-    while tb is not None:
-        line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
+    """The block's statements run on ``argv`` with the names train_ppo_ray's own imports give them."""
+    return run_statements(statements, origin, argv, prog, {"argparse": argparse, "datetime": datetime.datetime,
+                                                            "os": os, **(names or {})})
 
 
 def parse_args(argv: list[str]) -> Any:
@@ -157,7 +118,8 @@ def job_argv(job_dir: Path, model: str | None = None) -> list[str]:
     return [a for a in result.stdout.decode().split("\0") if a != ""]
 
 
-def _flag(args: Any, dotted: str) -> Any:
+def flag_of(args: Any, dotted: str) -> Any:
+    """The parsed value of the dotted flag ``dotted`` (``actor.eps_clip_low_high``) in OpenRLHF's ``args``, or None."""
     obj = args
     for part in dotted.split("."):
         obj = getattr(obj, part, None)
@@ -177,7 +139,7 @@ def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
     if key in _LONGEST:
         return _LONGEST[key]
 
-    from agentbridge.adapter.rollout import Agent, load_tasks
+    from agentbridge.adapter.rollout import Agent, load_tasks, prompt_messages
 
     agent = Agent(spec, tokenizer)
 
@@ -191,9 +153,8 @@ def longest_prompt(spec: Any, tokenizer: Any) -> tuple[int, str]:
             messages = await env.reset(task)
         finally:
             await env.close()
-        system: list[Message] = ([{"role": "system", "content": spec.agent.system_prompt}]
-                                 if spec.agent.system_prompt else [])
-        return len(agent.renderer.encode(agent.renderer.render_text([*system, *messages],
+        opening = prompt_messages(spec.agent.system_prompt)
+        return len(agent.renderer.encode(agent.renderer.render_text([*opening, *messages],
                                                                     add_generation_prompt=True)))
 
     async def all_tasks() -> tuple[int, str]:
@@ -212,7 +173,7 @@ def semantics_of(args: Any, spec: Any = None) -> dict[str, str]:
     agentbridge's rollout): the aspects of ``agentbridge.compare.semantics``, in their shared words, then `` · `` and
     OpenRLHF's own names."""
     def f(name: str) -> Any:
-        return _flag(args, name)
+        return flag_of(args, name)
 
     low, high = f("actor.eps_clip_low_high")
     estimator = f("algo.advantage.estimator")
@@ -302,17 +263,6 @@ def _rollout_mode(f: Any) -> str:
     return f"{shared} · async_enable {asynchronous}, async_queue_size {queue}, partial_rollout_enable {partial}"
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
-                 semantics: dict[str, str] | None = None) -> list[Problem]:
-    """OpenRLHF's parser and post-parse checks on the job's command line, then agentbridge's checks; ``semantics``
-    receives what the parsed command line will do (:func:`semantics_of`)."""
-    from agentbridge_openrlhf.backend import OpenRLHFBackend
-
-    return kit.validate_with(OpenRLHFBackend(), _validate, job_dir, skipped, spec, semantics, mute=False,
-                             install="run `agentbridge backends setup openrlhf` (flags change between patch "
-                                     "releases)")
-
-
 def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str],
               semantics: dict[str, str]) -> list[Problem]:
     problems, model, tokenizer = start.problems, start.model, start.tokenizer
@@ -342,7 +292,7 @@ def _vlm_checks(model: str, args: Any) -> list[Problem]:
     ``pixel_values``) exactly when its config has a ``vision_config``."""
     from openrlhf.utils.utils import is_vlm_model
 
-    images = int(_flag(args, "data.max_images_per_prompt") or 0)
+    images = int(flag_of(args, "data.max_images_per_prompt") or 0)
     vlm = is_vlm_model(model)
     if images and not vlm:
         return [Problem("data.max_images_per_prompt", f"{images} images per prompt, but OpenRLHF loads {model} as a "
@@ -361,10 +311,10 @@ def _silent_checks(spec: Any, args: Any, argv: list[str], job_dir: Path, tokeniz
     for owned in OWNED:
         if f"--{owned}" not in argv:
             out.append(Problem("launch.sh", f"--{owned} is missing; the agentbridge executor needs it"))
-    agent_file = Path(str(_flag(args, "train.agent_func_path") or ""))
+    agent_file = Path(str(flag_of(args, "train.agent_func_path") or ""))
     if agent_file.name and not (agent_file if agent_file.is_absolute() else job_dir / agent_file).is_file():
         out.append(Problem("train.agent_func_path", f"{agent_file} does not exist"))
-    max_len = int(_flag(args, "data.max_len"))
+    max_len = int(flag_of(args, "data.max_len"))
     need = a.max_prompt_tokens + a.max_response_tokens
     if max_len < need:
         out.append(Problem("data.max_len", f"{max_len} < agent.max_prompt_tokens + agent.max_response_tokens "
@@ -376,23 +326,29 @@ def _silent_checks(spec: Any, args: Any, argv: list[str], job_dir: Path, tokeniz
     if longest > a.max_prompt_tokens:
         out.append(Problem("agent.max_prompt_tokens", f"task {task_id} renders to {longest} prompt tokens > "
                                                       f"{a.max_prompt_tokens}; raise it or shorten the prompt"))
-    new = _flag(args, "rollout.max_new_tokens")
+    new = flag_of(args, "rollout.max_new_tokens")
     if new is not None and int(new) >= max_len - longest:
         out.append(Problem("rollout.max_new_tokens", f"{new} >= data.max_len {max_len} - longest prompt {longest} "
                                                      f"(task {task_id}); OpenRLHF would silently cut that prompt"))
-    remote = _flag(args, "reward.remote_url")
+    remote = flag_of(args, "reward.remote_url")
     if any(f.startswith("--reward.remote_url") or f.startswith("--reward.model_name_or_path") for f in argv):
         out.append(Problem("reward.remote_url", f"ignored in agent mode (OpenRLHF sets it to {remote}); "
                                                 "rewards come from the spec's reward list"))
-    if _flag(args, "reward.overlong_buffer_len") is not None:
+    if flag_of(args, "reward.overlong_buffer_len") is not None:
         out.append(Problem("reward.overlong_buffer_len", "counts tool tokens as response in OpenRLHF "
                                                          f"{OPENRLHF_PIN} (issue #1243); remove it"))
     for flag, want in (("rollout.temperature", a.sampling.temperature), ("rollout.top_p", a.sampling.top_p)):
-        got = _flag(args, flag)
+        got = flag_of(args, flag)
         if got is not None and float(got) != float(want):
             out.append(Problem(flag, f"{got} differs from the spec's agent.sampling ({want}); episodes would "
                                      "sample with OpenRLHF's value"))
     return out
+
+
+validate_job = kit.job_validator("agentbridge_openrlhf.backend:OpenRLHFBackend", _validate, """OpenRLHF's parser and
+post-parse checks on the job's command line, then agentbridge's checks; ``semantics`` receives what the parsed command
+line will do (:func:`semantics_of`).""", mute=False, install="run `agentbridge backends setup openrlhf` (flags change "
+                                 "between patch releases)")
 
 
 def main(argv: list[str] | None = None) -> int:

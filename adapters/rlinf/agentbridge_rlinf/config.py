@@ -13,10 +13,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, PositiveInt
 
 from agentbridge import adapter as kit
-from agentbridge.adapter import flatten, set_dotted
+from agentbridge.adapter import set_dotted
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_settings, kl_setting
-from agentbridge.spec.sizing import backend_options
 
 CONFIG_NAME = "rlinf_job"
 ENTRY_FILE = "entry.py"
@@ -53,11 +52,6 @@ IS_WHY = ("RLinf 0.3.0's importance_sampling_fix is per token and truncates (adv
           "rollout), max=importance_sampling_clip) in the actor's training_step): no sequence level, no mask")
 ROLLOUT_WHY = ("RLinf 0.3.0's asynchronous runner (algorithm.staleness_threshold) is the embodied one "
                "(AsyncPPOEmbodiedRunner); its AgentRunner, which runs agent loops, generates and trains in turn")
-# resources' sizing fields -> the option each is the default of (agentbridge.spec.sizing); gradient_checkpointing sets
-# the FSDP or Megatron actor's recompute directly (settings)
-SIZING_OPTIONS = {"micro_batch_size": "micro_batch_size", "save_steps": "save_interval"}
-SIZING_WHY_NOT = {"save_total_limit": "RLinf 0.3.0 keeps every checkpoint: its runner saves every "
-                                      "runner.save_interval steps (ReasoningRunner._save_checkpoint) and deletes none"}
 # Megatron's full recompute of every layer (megatron_model_manager: build_transformer_config(actor.model))
 MEGATRON_RECOMPUTE = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
 # why RLinf 0.3.0 cannot run the others (the capability error says it, naming the backends that can)
@@ -101,18 +95,13 @@ class RlinfOptions(BaseModel):
     logger: list[str] = Field(["tensorboard"], description="a list of RLinf logger names (e.g. [tensorboard])")
 
 
-DEFAULT_OPTIONS: dict[str, Any] = RlinfOptions().model_dump()
-OPTIONS = tuple(DEFAULT_OPTIONS)
-
-
-def applies(spec: Spec) -> bool:
-    """Whether the spec's ``backend.options`` / ``backend.overrides`` are RLinf's (it is the spec's backend)."""
-    return spec.backend.name == "rlinf"
-
-
-def options(spec: Spec) -> dict[str, Any]:
-    """RLinf's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
-    return backend_options(spec, "rlinf", DEFAULT_OPTIONS, SIZING_OPTIONS)
+# resources' sizing fields -> the option each is the default of (agentbridge.spec.sizing); gradient_checkpointing sets
+# the FSDP or Megatron actor's recompute directly (settings)
+SIZING_OPTIONS = {"micro_batch_size": "micro_batch_size", "save_steps": "save_interval"}
+SIZING_WHY_NOT = {"save_total_limit": "RLinf 0.3.0 keeps every checkpoint: its runner saves every "
+                                      "runner.save_interval steps (ReasoningRunner._save_checkpoint) and deletes none"}
+OWN_OPTIONS = kit.BackendOptions.of_model("rlinf", RlinfOptions, SIZING_OPTIONS)
+applies, options, overrides = OWN_OPTIONS.applies, OWN_OPTIONS.options, OWN_OPTIONS.overrides
 
 
 def seq_length(spec: Spec) -> int:
@@ -331,11 +320,6 @@ def kl_refusals(spec: Spec) -> dict[str, str]:
     elif where == "loss" and estimator == "k1" and options(spec)["training_backend"] == "fsdp":
         out["algorithm.kl_estimator" if algo.kl_estimator else "algorithm.kl_in"] = KL_K1_LOSS_WHY
     return out
-
-
-def overrides(spec: Spec) -> dict[str, Any]:
-    """``backend.overrides`` as dotted keys, when they are RLinf's."""
-    return flatten(spec.backend.overrides) if applies(spec) else {}
 
 
 def job_config(spec: Spec) -> dict[str, Any]:

@@ -75,16 +75,6 @@ def semantics_of(cfg: Any, spec: Any = None) -> dict[str, str]:
     return out
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
-                 semantics: dict[str, str] | None = None) -> list[Problem]:
-    """Every problem RLinf (or agentbridge's side of the job) finds, one line each; RLinf's chatter muted.
-    ``semantics`` receives what the validated config will do (:func:`semantics_of`)."""
-    from agentbridge_rlinf.backend import RlinfBackend
-
-    # muted: rlinf.config sets the root logger's level
-    return kit.validate_with(RlinfBackend(), _validate, job_dir, skipped, spec, semantics, compose=compose_job)
-
-
 def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str],
               semantics: dict[str, str]) -> list[Problem]:
     problems, cfg = start.problems, start.config
@@ -111,6 +101,11 @@ def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str]
     _, agent_problems = kit.agent_check(spec, start.tokenizer)
     return problems + agent_problems
 
+
+# muted: rlinf.config sets the root logger's level
+validate_job = kit.job_validator("agentbridge_rlinf.backend:RlinfBackend", _validate, """Every problem RLinf (or
+agentbridge's side of the job) finds, one line each; RLinf's chatter muted. ``semantics`` receives what the validated
+config will do (:func:`semantics_of`).""", compose=compose_job)
 
 if __name__ == "__main__":
     sys.exit(kit.validator_main(validate_job, "python -m agentbridge_rlinf.validate"))

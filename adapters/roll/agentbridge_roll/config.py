@@ -14,10 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PositiveInt
 
-from agentbridge.adapter import flatten, set_dotted
+from agentbridge.adapter import BackendOptions, set_dotted
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_range, dual_clip, kl_setting, preset_clip
-from agentbridge.spec.sizing import backend_options
 
 CONFIG_NAME = "roll_job"
 ENTRY_FILE = "entry.py"
@@ -109,18 +108,8 @@ class RollOptions(BaseModel):
     track_with: str = Field("tensorboard", description="a string")
 
 
-DEFAULT_OPTIONS: dict[str, Any] = RollOptions().model_dump()
-OPTIONS = tuple(DEFAULT_OPTIONS)
-
-
-def applies(spec: Spec) -> bool:
-    """Whether the spec's ``backend.options`` / ``backend.overrides`` are ROLL's (it is the spec's backend)."""
-    return spec.backend.name == "roll"
-
-
-def options(spec: Spec) -> dict[str, Any]:
-    """ROLL's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
-    return backend_options(spec, "roll", DEFAULT_OPTIONS, SIZING_OPTIONS)
+OWN_OPTIONS = BackendOptions.of_model("roll", RollOptions, SIZING_OPTIONS)
+applies, options, overrides = OWN_OPTIONS.applies, OWN_OPTIONS.options, OWN_OPTIONS.overrides
 
 
 def sequence_length(spec: Spec) -> int:
@@ -372,11 +361,6 @@ def recipe_refusals(spec: Spec) -> dict[str, str]:
     if spec.model.lora is not None and not float(spec.model.lora.scaling_alpha()).is_integer():
         out["model.lora.alpha"] = LORA_ALPHA_WHY
     return out
-
-
-def overrides(spec: Spec) -> dict[str, Any]:
-    """``backend.overrides`` as dotted keys, when they are ROLL's."""
-    return flatten(spec.backend.overrides) if applies(spec) else {}
 
 
 def job_config(spec: Spec, *, has_eval: bool = False) -> dict[str, Any]:

@@ -147,16 +147,6 @@ def semantics_of(config: Any, spec: Any = None) -> dict[str, str]:
     return out
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
-                 semantics: dict[str, str] | None = None) -> list[Problem]:
-    """Every problem ROLL (or agentbridge's side of the job) finds, one line each; ROLL's chatter muted.
-    ``semantics`` receives what the built ``AgenticConfig`` will do (:func:`semantics_of`)."""
-    from agentbridge_roll.backend import RollBackend
-
-    return kit.validate_with(RollBackend(), _validate, job_dir, skipped, spec, semantics, install=INSTALL,
-                             importing=_import_roll, source=ROLL_SOURCE, mute=False, compose=compose_job)
-
-
 def _import_roll() -> None:
     """ROLL imported as its pipeline imports it, its logs kept out of the working directory and muted."""
     keep_roll_logs_out_of_cwd()
@@ -178,6 +168,11 @@ def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str]
     unique = {str(p): p for p in problems + agent_problems}  # the train and eval slots share spec and lengths
     return list(unique.values())
 
+
+validate_job = kit.job_validator("agentbridge_roll.backend:RollBackend", _validate, """Every problem ROLL (or
+agentbridge's side of the job) finds, one line each; ROLL's chatter muted. ``semantics`` receives what the built
+``AgenticConfig`` will do (:func:`semantics_of`).""", install=INSTALL, importing=_import_roll, source=ROLL_SOURCE,
+                                 mute=False, compose=compose_job)
 
 if __name__ == "__main__":
     sys.exit(kit.validator_main(validate_job, "python -m agentbridge_roll.validate"))

@@ -16,10 +16,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, PositiveInt, StringConstraints
 
-from agentbridge.adapter import flatten
+from agentbridge.adapter import BackendOptions
 from agentbridge.spec import Spec
 from agentbridge.spec.recipe import clip_settings, kl_setting
-from agentbridge.spec.sizing import backend_options
 
 CONFIG_NAME = "slime_job.yaml"
 SAVE_DIR = "${RUN_DIR}/checkpoints"  # --save: Megatron's torch_dist checkpoints (iter_NNNNNNN)
@@ -117,18 +116,8 @@ class SlimeOptions(BaseModel):
                                        "checkpoint)")
 
 
-DEFAULT_OPTIONS: dict[str, Any] = SlimeOptions().model_dump()
-OPTIONS = tuple(DEFAULT_OPTIONS)
-
-
-def applies(spec: Spec) -> bool:
-    """Whether the spec's ``backend.options`` / ``backend.overrides`` are slime's (it is the spec's backend)."""
-    return spec.backend.name == "slime"
-
-
-def options(spec: Spec) -> dict[str, Any]:
-    """slime's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
-    return backend_options(spec, "slime", DEFAULT_OPTIONS, SIZING_OPTIONS)
+OWN_OPTIONS = BackendOptions.of_model("slime", SlimeOptions, SIZING_OPTIONS)
+applies, options = OWN_OPTIONS.applies, OWN_OPTIONS.options
 
 
 def gpus_per_node(spec: Spec) -> int:
@@ -309,7 +298,7 @@ def recipe_flags(spec: Spec) -> dict[str, Any]:
 def overrides(spec: Spec) -> dict[str, Any]:
     """``backend.overrides`` as flag names (``{eps-clip-high: 0.3}``; null or false removes a flag), when they are
     slime's."""
-    return {flag_name(k): v for k, v in flatten(spec.backend.overrides).items()} if applies(spec) else {}
+    return {flag_name(k): v for k, v in OWN_OPTIONS.overrides(spec).items()}
 
 
 def job_config(spec: Spec) -> dict[str, Any]:

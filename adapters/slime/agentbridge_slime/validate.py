@@ -16,6 +16,7 @@ The job's ``train.py`` arguments (``agentbridge_slime.args``, as ``launch.sh`` b
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -135,7 +136,8 @@ def semantics_of(args: Any, spec: Any = None) -> dict[str, str]:
         "sampling": recipe.sampling_words(args.rollout_temperature, args.rollout_top_p, args.rollout_top_k),
         "lengths": f"prompt {args.rollout_max_prompt_len}, response {args.rollout_max_response_len} tokens · "
                    f"--rollout-max-context-len {args.rollout_max_context_len}",
-        **({} if spec is None else {"overlong": overlong_semantics(spec.algorithm.overlong)}),
+        # agentbridge's rollout masks and penalises as algorithm.overlong says, the same on every backend
+        **({} if spec is None else {"overlong": recipe.overlong_words(spec.algorithm.overlong)}),
         "optimizer": f"{recipe.optimizer_words(args.lr, args.lr_decay_style)} · {args.lr_warmup_iters} warmup iters",
         "grad clip": f"{recipe.grad_clip_words(args.clip_grad)} · --clip-grad {args.clip_grad}",
         # slime trains each rollout once (no epochs flag), in global batches of --global-batch-size samples
@@ -143,12 +145,6 @@ def semantics_of(args: Any, spec: Any = None) -> dict[str, str]:
                  f"--global-batch-size {args.global_batch_size} samples",
         "LoRA": "full fine-tuning · Megatron trains every parameter (slime has no LoRA)",
     }
-
-
-def overlong_semantics(overlong: Any) -> str:
-    """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says, the same on
-    every backend."""
-    return recipe.overlong_words(overlong)
 
 
 def is_semantics(args: Any) -> str:
@@ -179,20 +175,6 @@ def rollout_semantics(job_dir: Path) -> str:
     if f"$SLIME_DIR/{ASYNC_ENTRY}" in launch:
         return f"{recipe.rollout_words('one_step_off')} · {ASYNC_ENTRY}"
     return f"{recipe.rollout_words('sync')} · train.py"
-
-
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
-                 semantics: dict[str, str] | None = None) -> list[Problem]:
-    """Every problem slime (or agentbridge's side of the job) finds, one line each; slime's chatter muted.
-    ``semantics`` receives what the parsed arguments will do (:func:`semantics_of`)."""
-    import importlib
-
-    from agentbridge_slime.backend import SlimeBackend
-
-    return kit.validate_with(SlimeBackend(), _validate, job_dir, skipped, spec, semantics, needs_model=True,
-                             importing=lambda: importlib.import_module("slime"),
-                             install=f"put a checkout of {SLIME_PIN} on PYTHONPATH in an environment with "
-                                     "agentbridge-slime[cpu] (adapters/slime/README.md)")
 
 
 def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str],
@@ -228,6 +210,12 @@ def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str]
     _, agent_problems = kit.agent_check(spec, tokenizer)
     return problems + agent_problems
 
+
+validate_job = kit.job_validator("agentbridge_slime.backend:SlimeBackend", _validate, """Every problem slime (or
+agentbridge's side of the job) finds, one line each; slime's chatter muted. ``semantics`` receives what the parsed
+arguments will do (:func:`semantics_of`).""", needs_model=True, importing=lambda: importlib.import_module("slime"),
+                                 install=f"put a checkout of {SLIME_PIN} on PYTHONPATH in an environment with "
+                                         "agentbridge-slime[cpu] (adapters/slime/README.md)")
 
 if __name__ == "__main__":
     sys.exit(kit.validator_main(validate_job, "python -m agentbridge_slime.validate"))

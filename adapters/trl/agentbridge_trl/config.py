@@ -6,10 +6,10 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from agentbridge.adapter import BackendOptions
 from agentbridge.adapter.rollout import reward_components as core_reward_components
 from agentbridge.spec.recipe import clip_settings
 from agentbridge.spec.schema import Spec
-from agentbridge.spec.sizing import backend_options
 
 # How each agentbridge algorithm runs on GRPOTrainer with a custom multi-turn rollout.
 ALGORITHMS: dict[str, dict[str, Any]] = {
@@ -97,14 +97,8 @@ def make_grpo_config(kwargs: dict[str, Any]) -> Any:
     return GRPOConfig(**accepted_kwargs(kwargs, {f.name for f in dataclasses.fields(GRPOConfig)}))
 
 
-def applies(spec: Spec) -> bool:
-    """Whether ``backend.options`` / ``backend.overrides`` are TRL's: they belong to the spec's ``backend.name``."""
-    return spec.backend.name == "trl"
-
-
-def options(spec: Spec) -> dict[str, Any]:
-    """TRL's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
-    return backend_options(spec, "trl", OPTIONS, SIZING_OPTIONS)
+OWN_OPTIONS = BackendOptions("trl", OPTIONS, SIZING_OPTIONS)
+applies, options = OWN_OPTIONS.applies, OWN_OPTIONS.options
 
 
 def reward_key(component: str) -> str:

@@ -152,16 +152,6 @@ def finish_deepspeed_config(config: Any, model: str, skipped: list[str] | None) 
                                                        config.max_steps)
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
-                 semantics: dict[str, str] | None = None) -> list[Problem]:
-    """GRPOConfig builds, the model path resolves, the tokenizer's chat template renders tool calls; ``semantics``
-    receives what the GRPOConfig will do (:func:`semantics_of`)."""
-    from agentbridge_trl.backend import TrlBackend
-
-    return kit.validate_with(TrlBackend(), _validate, job_dir, skipped, spec, semantics, mute=False,
-                             install="install agentbridge-trl[backend] or run `agentbridge check --runner env`")
-
-
 def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str],
               semantics: dict[str, str]) -> list[Problem]:
     from agentbridge_trl.config import make_grpo_config
@@ -201,6 +191,11 @@ def rl_steps_problems(job_dir: Path, kwargs: dict[str, Any], spec: Spec) -> list
         return []
     return [Problem("data/train.jsonl" if tasks < prompts else "grpo_config.json", problem)]
 
+
+validate_job = kit.job_validator("agentbridge_trl.backend:TrlBackend", _validate, """GRPOConfig builds, the model
+path resolves, the tokenizer's chat template renders tool calls; ``semantics`` receives what the GRPOConfig will do
+(:func:`semantics_of`).""", mute=False, install="install agentbridge-trl[backend] or run `agentbridge check --runner "
+                                 "env`")
 
 if __name__ == "__main__":
     sys.exit(kit.validator_main(validate_job, "python -m agentbridge_trl.validate"))

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from agentbridge.adapter import ray_cluster_nodes
-from agentbridge.adapter.cluster import ADDRESS_ENV, placement_main, unreachable
+from agentbridge.adapter.cluster import placement_main, ray_node_gpus, unaddressed, unreachable
 from agentbridge_verl.config import CONFIG_NAME
 
 
@@ -34,21 +33,12 @@ def job_shape(job: Path, overrides: list[str]) -> tuple[int, int]:
     return shape["nnodes"], shape["n_gpus_per_node"]
 
 
-def node_gpus(address: str) -> list[int]:
-    """The GPUs of each alive node of the Ray cluster at ``address``, most first (connecting as a driver briefly)."""
-    return sorted((int(node.get("GPU", 0)) for node in ray_cluster_nodes(address)), reverse=True)
-
-
 def placement_problem(nnodes: int, gpus_per_node: int, address: str | None) -> str | None:
     """Why veRL's trainer would wait forever for its placement groups with ``RAY_ADDRESS=address``, or None."""
     if address is None:
-        if nnodes > 1:
-            return (f"the job spans {nnodes} nodes but {ADDRESS_ENV} is not set: veRL would start a Ray cluster of "
-                    "this machine alone and wait forever for the other nodes; submit it to the cluster with "
-                    f"submit.sh, or set {ADDRESS_ENV} to launch it from a node of the cluster")
-        return None
+        return unaddressed(nnodes, "veRL", "the other nodes") if nnodes > 1 else None
     try:
-        gpus = node_gpus(address)
+        gpus = ray_node_gpus(address)
     except Exception as e:  # noqa: BLE001 - Ray's connection errors vary; one line says which cluster
         return unreachable(address, e)
     fitting = sum(g >= gpus_per_node for g in gpus)

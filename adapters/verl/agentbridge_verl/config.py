@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentbridge.adapter import flatten, set_dotted
+from agentbridge.adapter import BackendOptions, set_dotted
 from agentbridge.adapter.models import RewardModelArgs, backend_served
 from agentbridge.adapter.scripts import worker_env
 from agentbridge.spec.recipe import clip_settings, kl_setting
 from agentbridge.spec.schema import Spec
-from agentbridge.spec.sizing import backend_options
 from agentbridge_verl.algorithms import (
     ALGORITHMS,
     IS_MASK_FLOOR,
@@ -58,14 +57,8 @@ ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
 SIZING_OPTIONS = {"micro_batch_size": "micro_batch_size_per_gpu", "save_steps": "save_freq"}
 
 
-def applies(spec: Spec) -> bool:
-    """Whether ``backend.options`` / ``backend.overrides`` are veRL's: they belong to the spec's ``backend.name``."""
-    return spec.backend.name == BACKEND
-
-
-def options(spec: Spec) -> dict[str, Any]:
-    """veRL's options: the defaults, the spec's sizing fields, then its own ``backend.options``."""
-    return backend_options(spec, "verl", OPTIONS, SIZING_OPTIONS)
+OWN_OPTIONS = BackendOptions(BACKEND, OPTIONS, SIZING_OPTIONS)
+applies, options, overrides = OWN_OPTIONS.applies, OWN_OPTIONS.options, OWN_OPTIONS.overrides
 
 
 def agent_workers(spec: Spec) -> int:
@@ -296,11 +289,6 @@ def reward_model_settings(spec: Spec) -> dict[str, Any]:
         f"{rm}.rollout.gpu_memory_utilization": float(opts["reward_model_gpu_memory_utilization"]),
         f"{rm}.rollout.free_cache_engine": False,
     }
-
-
-def overrides(spec: Spec) -> dict[str, Any]:
-    """``backend.overrides`` as dotted keys (a spec may nest them or write them dotted), when they are veRL's."""
-    return flatten(spec.backend.overrides) if applies(spec) else {}
 
 
 def job_config(spec: Spec) -> dict[str, Any]:

@@ -4,8 +4,8 @@ The job turns on veRL's file logger (``trainer.logger`` includes ``file``; ``VER
 ``RUN_DIR/verl_metrics.jsonl``); after the trainer, ``launch.sh`` converts its rows to ``RUN_DIR/metrics.jsonl`` in the
 normalized names every backend's run uses, so ``agentbridge report`` draws veRL runs beside TRL's. Names without a
 normalized counterpart are kept under ``verl/``. Each row then goes to the plugins' ``on_metrics`` hook (the spec's
-trackers are not among them: veRL's own ``trainer.logger`` writes to them). Every metric here comes from a real (GPU)
-training step: veRL's trainer does not run on CPU.
+trackers only with ``--job``, which ``launch.sh`` does not pass: veRL's own ``trainer.logger`` writes to them). Every
+metric here comes from a real (GPU) training step: veRL's trainer does not run on CPU.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge.adapter import read_jsonl, write_jsonl
+from agentbridge.adapter.training import feed_metrics, trainer_metrics_main
 
 SOURCE = "verl_metrics.jsonl"
 NORMALIZED = {
@@ -56,47 +57,36 @@ def normalize(step: int, data: dict[str, Any]) -> dict[str, float]:
     return row
 
 
-def feed(rows: list[dict[str, float]], run_dir: Path, plugins: Any, problems: list[str]) -> None:
-    """Each row to the plugins' ``on_metrics`` hook; a failing plugin is one line in ``problems``, and no more rows."""
-    try:
-        for row in rows:
-            plugins.hook.on_metrics(step=int(row["step"]), metrics=row, run=run_dir)
-    except Exception as e:  # noqa: BLE001 - the run's metrics.jsonl is written already
-        problems.append(f"on_metrics: {type(e).__name__}: {e}")
+def rows(run_dir: Path, problems: list[str]) -> list[dict[str, float]]:
+    """One row per step of veRL's file logger (``RUN_DIR/verl_metrics.jsonl``); one line per bad input line."""
+    source = Path(run_dir) / SOURCE
+    if not source.is_file():
+        problems.append(f"{source}: missing (veRL's file logger did not run)")
+        return []
+    found = []
+    for n, item in read_jsonl(source, problems):
+        step, data = item.get("step"), item.get("data")
+        if not isinstance(step, int) or not isinstance(data, dict):
+            problems.append(f"{source}:{n}: not a veRL file-logger row ({{'step': int, 'data': {{...}}}})")
+            continue
+        found.append(normalize(step, data))
+    return found
 
 
 def convert(run_dir: Path, plugins: Any = None) -> tuple[int, list[str]]:
     """Write ``metrics.jsonl`` from veRL's file logger, then hand each row to ``plugins`` (when given); returns the
     rows written and one line per bad input line."""
     problems: list[str] = []
-    source = run_dir / SOURCE
-    if not source.is_file():
-        return 0, [f"{source}: missing (veRL's file logger did not run)"]
-    rows = []
-    for n, item in read_jsonl(source, problems):
-        step, data = item.get("step"), item.get("data")
-        if not isinstance(step, int) or not isinstance(data, dict):
-            problems.append(f"{source}:{n}: not a veRL file-logger row ({{'step': int, 'data': {{...}}}})")
-            continue
-        rows.append(normalize(step, data))
-    write_jsonl(run_dir / "metrics.jsonl", rows)
-    if plugins is not None:
-        feed(rows, run_dir, plugins, problems)
-    return len(rows), problems
+    found = rows(run_dir, problems)
+    if (run_dir / SOURCE).is_file():
+        write_jsonl(run_dir / "metrics.jsonl", found)
+        if plugins is not None:
+            feed_metrics(found, run_dir, plugins, None, problems)
+    return len(found), problems
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m agentbridge_verl.run_metrics RUN_DIR", file=sys.stderr)
-        return 2
-    from agentbridge.adapter import get_plugins
-
-    written, problems = convert(Path(args[0]), get_plugins())
-    for line in problems:
-        print(f"agentbridge: {line}", file=sys.stderr)
-    print(f"agentbridge: {written} step(s) of veRL metrics in {Path(args[0]) / 'metrics.jsonl'}", file=sys.stderr)
-    return 0 if written else 1
+    return trainer_metrics_main(argv, rows, "veRL")
 
 
 if __name__ == "__main__":

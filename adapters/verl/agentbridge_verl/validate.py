@@ -52,27 +52,6 @@ def _config_dir() -> str:
     return os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 
 
-def unknown_keys(job_keys: dict[str, Any], base: Any) -> list[Problem]:
-    """Keys of the job config that ``ppo_trainer`` does not have (an empty mapping there is open)."""
-    from omegaconf import DictConfig
-
-    problems = []
-    for dotted in job_keys:
-        node: Any = base
-        for i, part in enumerate(dotted.split(".")):
-            if isinstance(node, DictConfig) and len(node) == 0 and i > 0:
-                break  # open mapping, e.g. ray_kwargs.ray_init or override_config
-            if part not in node.keys():  # ``in`` would be False for keys whose value is ??? (missing)
-                where = ".".join(dotted.split(".")[: i + 1])
-                problems.append(Problem(f"{CONFIG_NAME}.yaml: {dotted}",
-                                        f"'{where}' is not a veRL {VERL_PIN} config key; check backend.overrides"))
-                break
-            node = node._get_node(part)
-            if not isinstance(node, DictConfig):
-                break  # a leaf: the job sets its value
-    return problems
-
-
 def legacy_keys(job_keys: dict[str, Any]) -> list[Problem]:
     """Legacy reward keys veRL 0.9.1 accepts and then ignores."""
     problems = []
@@ -363,18 +342,6 @@ def compose_job(job_dir: Path, spec: Any, model: str, extra: Sequence[str] = ())
     return kit.compose_hydra(job_dir, CONFIG_NAME, overrides)
 
 
-def validate_job(job_dir: Path, skipped: list[str] | None = None, *, spec: Spec | None = None,
-                 semantics: dict[str, str] | None = None) -> list[Problem]:
-    """Every problem veRL (or agentbridge's side of the job) finds, one line each; veRL's chatter muted.
-
-    A check this environment cannot run fully appends one line saying so to ``skipped``; ``semantics`` receives
-    what the composed config will do (:func:`semantics_of`).
-    """
-    from agentbridge_verl.backend import VerlBackend
-
-    return kit.validate_with(VerlBackend(), _validate, job_dir, skipped, spec, semantics)
-
-
 KL_ESTIMATORS = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
 
@@ -410,7 +377,8 @@ def semantics_of(cfg: Any, spec: Any = None) -> dict[str, str]:
         "group filtering": "groups with equal rewards dropped" if a.filter_groups.get("enable") else "none",
         "sampling": recipe.sampling_words(r.temperature, r.top_p, r.top_k),
         "lengths": f"prompt {cfg.data.max_prompt_length}, response {cfg.data.max_response_length} tokens",
-        **({} if spec is None else {"overlong": _overlong_semantics(spec.algorithm.overlong)}),
+        # agentbridge's rollout masks and penalises as algorithm.overlong says, the same on every backend
+        **({} if spec is None else {"overlong": recipe.overlong_words(spec.algorithm.overlong)}),
         "optimizer": f"{recipe.optimizer_words(optim.lr, schedule)} · {optim.lr_warmup_steps} warmup steps, {schedule}",
         "grad clip": _grad_clip_semantics(optim),
         "batch": f"{recipe.batch_words(cfg.data.train_batch_size, r.n, actor.ppo_epochs, mini)} · "
@@ -436,12 +404,6 @@ def _lora_semantics(model: Any) -> str:
         return f"full fine-tuning · lora_rank {rank}"
     words = recipe.lora_words(rank, model.get("lora_alpha", 16), model.get("target_modules", "all-linear"))
     return f"{words} · lora_rank {rank}, lora_alpha {model.get('lora_alpha')}"
-
-
-def _overlong_semantics(overlong: Any) -> str:
-    """The ``overlong`` aspect: agentbridge's rollout masks and penalises as ``algorithm.overlong`` says, the same on
-    every backend."""
-    return recipe.overlong_words(overlong)
 
 
 def _is_semantics(rc: Any) -> str:
@@ -525,7 +487,8 @@ def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str]
     raw = yaml.safe_load((job_dir / f"{CONFIG_NAME}.yaml").read_text())
     job_keys = kit.flatten({k: v for k, v in raw.items() if k not in ("hydra", "defaults")})
     base = kit.compose_hydra(_config_dir(), "ppo_trainer")
-    unknown = unknown_keys(job_keys, base)
+    # keys ppo_trainer does not have (its empty mappings are open: ray_kwargs.ray_init, override_config)
+    unknown = kit.unknown_config_keys(job_keys, base, f"{CONFIG_NAME}.yaml", f"veRL {VERL_PIN}")
     if unknown:  # the typed configs would only repeat these, less clearly
         return problems + unknown
     problems += legacy_keys(job_keys)
@@ -564,6 +527,11 @@ def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str]
         return problems + agent_problems
     return problems + agent_problems + _images(model, cfg, agent, skipped)
 
+
+validate_job = kit.job_validator("agentbridge_verl.backend:VerlBackend", _validate, """Every problem veRL (or
+agentbridge's side of the job) finds, one line each; veRL's chatter muted. A check this environment cannot run fully
+appends one line saying so to ``skipped``; ``semantics`` receives what the composed config will do
+(:func:`semantics_of`).""")
 
 if __name__ == "__main__":
     sys.exit(kit.validator_main(validate_job, "python -m agentbridge_verl.validate"))
