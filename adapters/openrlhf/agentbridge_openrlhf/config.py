@@ -197,6 +197,16 @@ def rollout_plan(spec: Spec) -> tuple[bool, int, bool]:
     return True, r.max_staleness or int(openrlhf_flags()["train.async_queue_size"]["default"]), r.partial
 
 
+def episode_plan(steps: int, batch_size: int, train_size: int) -> tuple[int, int]:
+    """``(train.num_episodes, data.max_samples)`` that make OpenRLHF run exactly ``steps`` RL steps: it passes over
+    ``max_samples`` prompts ``num_episodes`` times, one step per ``rollout.batch_size`` prompts. The fewest passes
+    whose steps divide ``steps`` evenly, each within the ``train_size`` training tasks (200 steps of 32 prompts over
+    2,048 tasks: 4 passes over 1,600, not 4 over 2,048, which would be 256 steps)."""
+    per_pass = max(1, train_size // max(1, batch_size))  # the most steps one pass over the tasks can make
+    episodes = next(e for e in range(min(steps, max(1, math.ceil(steps / per_pass))), steps + 1) if steps % e == 0)
+    return episodes, min(train_size, steps // episodes * batch_size)
+
+
 def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, eval_size: int,
                 multimodal: bool = False, first_images: int = 0) -> dict[str, Any]:
     """The command line as ``{dotted flag: value}`` (True = a bare switch); overrides applied last, verbatim.
@@ -210,8 +220,7 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
     gpus = max(1, res.gpus_per_node)
     # async: vLLM engines get GPUs of their own, so the DeepSpeed models take half of the cluster
     model_nodes, model_gpus = async_split(res.nodes, gpus) if asynchronous else (res.nodes, gpus)
-    prompts_needed = algo.steps * algo.batch_size
-    episodes = max(1, math.ceil(prompts_needed / max(1, train_size)))
+    episodes, samples = episode_plan(algo.steps, algo.batch_size, train_size)
     v: dict[str, Any] = {
         "actor.model_name_or_path": model,
         "train.agent_func_path": f"{job}/{AGENT_FILE}",
@@ -223,7 +232,7 @@ def flag_values(spec: Spec, *, model: str, job: str, out: str, train_size: int, 
         # OpenRLHF's own executor uses max_new_tokens only to cut long prompts; agentbridge's driver caps
         # each turn at max_tokens_per_turn itself, so the same number is passed for consistent accounting.
         "rollout.max_new_tokens": a.max_tokens_per_turn,
-        "data.max_samples": min(train_size, prompts_needed),
+        "data.max_samples": samples,
         "train.num_episodes": episodes,
         "rollout.n_samples_per_prompt": algo.group_size,
         "rollout.batch_size": algo.batch_size,

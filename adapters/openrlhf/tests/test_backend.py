@@ -156,8 +156,8 @@ def test_dynamic_filtering_says_how_many_steps_it_will_run(tmp_path: Path) -> No
     argv = job_argv(job.path, model="/m")
     assert "--algo.dynamic_filtering_enable" in argv  # with the spec's reward range, as when dapo turns it on
     assert argv[argv.index("--algo.dynamic_filtering_range") + 1:][:2] == ["0.0", "1.1"]
-    [note] = [n for n in job.manifest["notes"] if n.startswith("algo.dynamic_filtering_enable")]  # 64 x 2 passes
-    assert "stops when its 128 prompts are used up" in note and "about 10 x (the share of groups kept) steps" in note
+    [note] = [n for n in job.manifest["notes"] if n.startswith("algo.dynamic_filtering_enable")]  # 40 x 2 passes
+    assert "stops when its 80 prompts are used up" in note and "about 10 x (the share of groups kept) steps" in note
     assert f"# NOTE: {note}" in (job.path / "launch.sh").read_text()
     plain = OpenRLHFBackend().compile(load_spec(CALC, [OURS]), tmp_path / "plain")
     assert not [n for n in plain.manifest["notes"] if n.startswith("algo.dynamic_filtering_enable")]
