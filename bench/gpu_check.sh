@@ -5,8 +5,10 @@
 # (its own loss code, configured by the compiled GPU job examples/calculator.gpu.yaml) on micro-batches of that
 # job's shape with the same model (bench/gpu_openrlhf_step.py); then the same TRL job under DeepSpeed ZeRO-3 (the
 # zero_stage every examples/*.gpu.yaml sets) through its launch.sh as one process, with a held-out evaluation after
-# RL, to its saved model, which must load whole (no empty ZeRO-3 partitions). veRL's training code imports Ray at `import verl`
-# (a ~70 MB wheel, more than the machine takes), so its part runs only where verl already imports.
+# RL, to its saved model, which must load whole (no empty ZeRO-3 partitions); then the held-out evaluation of the
+# phases around a trainer on one device and as two shards (two processes on the GPU), which must score alike.
+# veRL's training code imports Ray at `import verl` (a ~70 MB wheel, more than the machine takes), so its part runs
+# only where verl already imports.
 #
 # Made for a GPU machine with no network whose python3 (3.12) already holds torch, transformers (>= 5.15),
 # accelerate, tokenizers, tiktoken, safetensors, numpy, pandas, pyarrow, setuptools and the other common
@@ -325,6 +327,22 @@ EOF
 fi
 echo "TRL under ZeRO-3 (run, evaluation, saved model): exit $Z3_RC"
 
+# ---- 5c. the phases' held-out evaluation, sharded --------------------------------------------------------------
+section "5c. held-out evaluation of the phases around a trainer: one device vs two shards (two processes, one GPU)"
+SH_DEV=cuda:0
+[ "$DRY" = 1 ] && SH_DEV=cpu
+SH_RC=0
+for devices in "$SH_DEV" "$SH_DEV,$SH_DEV"; do
+  rm -rf "$WORK/run-shards-$devices"
+  AGENTBRIDGE_EVAL_DEVICES=$devices "$PY" -m agentbridge.training.phases prepare "$Z3_JOB" \
+    --run-dir "$WORK/run-shards-$devices" --quiet > /dev/null || SH_RC=$?
+done
+if [ "$SH_RC" = 0 ]; then
+  cmp "$WORK/run-shards-$SH_DEV/eval_scores.jsonl" "$WORK/run-shards-$SH_DEV,$SH_DEV/eval_scores.jsonl" \
+    && echo "sharded evaluation: the same per-task scores on one device and on two shards" || SH_RC=$?
+fi
+echo "sharded evaluation: exit $SH_RC"
+
 # ---- 6. veRL ----------------------------------------------------------------------------------------------------
 section "6. veRL"
 if "$PY" -c "import verl" >/dev/null 2>&1; then
@@ -338,3 +356,4 @@ section "done"
 [ "$TRAIN_RC" = 0 ] || [ "$TRAIN_RC" = 124 ] || die "agentbridge train exited $TRAIN_RC"
 [ "$ORL_RC" = 0 ] || die "OpenRLHF's actor update exited $ORL_RC"
 [ "$Z3_RC" = 0 ] || die "TRL under DeepSpeed ZeRO-3 exited $Z3_RC"
+[ "$SH_RC" = 0 ] || die "the sharded held-out evaluation exited $SH_RC"
