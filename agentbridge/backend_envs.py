@@ -22,43 +22,48 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 CPU_TORCH = "torch==2.13.0"  # the CPU build on this project's machines; an unpinned torch pulls CUDA wheels
-# backend -> (module that must import, adapter distribution, adapter extra, CPU-only extra steps, GPU extras and the
-# GPU steps after them)
-FIRST_PARTY: dict[str, dict[str, Any]] = {
-    # DeepSpeed (the GPU profiles' ZeRO-3) builds its ops against the installed torch: after, without build isolation
-    "trl": {"module": "trl", "adapter": "agentbridge-trl", "extra": "backend", "gpu": ["trl[vllm]==1.16.0"],
-            "gpu_post": [["--no-build-isolation", "deepspeed==0.19.6"]]},
-    # veRL builds its FSDP actor with flash_attention_2 but lists flash-attn only under its `fsdp` extra; it
-    # compiles against the installed torch, so it goes in after, without build isolation
-    "verl": {"module": "verl", "adapter": "agentbridge-verl", "extra": "backend", "gpu": ["verl[vllm]==0.9.1"],
-             "gpu_post": [["--no-build-isolation", "flash-attn==2.8.3"]]},
-    # OpenRLHF's DeepSpeed and flash-attn cannot build without CUDA: on CPU it goes in without its dependencies
-    # and the adapter's `cpu` extra brings the part that runs on CPU
-    "openrlhf": {"module": "openrlhf", "adapter": "agentbridge-openrlhf", "extra": "backend", "cpu_extra": "cpu",
-                 "cpu_pre": [["--no-deps", "openrlhf==0.11.2"]], "gpu": ["openrlhf[vllm]==0.11.2"]},
-    # RLinf 0.3.0's declared dependencies drag in triton (liger_kernel), gsutil, nvitop, swanlab and more: on CPU it
-    # goes in without them and the adapter's `cpu` extra brings what its validator and agent loop import. Its GPU
-    # variant cannot be resolved: the engine extras pin an older transformers than agentbridge's driver needs
-    "rlinf": {"module": "rlinf", "adapter": "agentbridge-rlinf", "extra": "backend", "cpu_extra": "cpu",
-              "cpu_pre": [["--no-deps", "rlinf==0.3.0"]], "gpu": ["rlinf[agentic-sglang]==0.3.0"],
-              "gpu_conflict": "RLinf 0.3.0's engine extras (agentic-sglang, agentic-vllm) pin transformers==4.51.1 "
-                              "and agentbridge[hf] needs transformers>=5.5.3: no one environment holds both"},
-    # slime is source only (PyPI `slime` is another project): no recipe can install it; its adapter says how to use a
-    # checkout (and which commit it was verified against)
-    "slime": {"module": "slime", "adapter": "agentbridge-slime", "extra": "cpu",
-              "source_only": "slime is not on the package index; create an environment with agentbridge-slime[cpu] "
-                             "and put a checkout of THUDM/slime (verified: 624b824) on PYTHONPATH, as "
-                             "adapters/slime/README.md says"},
-    # ROLL likewise (PyPI `roll` is another project)
-    "roll": {"module": "roll", "adapter": "agentbridge-roll", "extra": "cpu",
-             "source_only": "ROLL is not on the package index; create an environment with agentbridge-roll[cpu] "
-                            "(and TransferQueue==0.1.6 --no-deps) and put a checkout of alibaba/ROLL (verified: "
-                            "8eb27cc) on PYTHONPATH, as adapters/roll/README.md says"},
-}
 QWEN_VOCAB = ["--no-deps", "dashscope"]  # the real Qwen2.5 vocabulary (qwen.tiktoken) for builtin:tiny-qwen2.5
+
+
+@dataclass(frozen=True)
+class EnvironmentRecipe:
+    """How ``agentbridge backends setup`` builds a backend's environment, declared by its adapter (``environment``
+    on :class:`agentbridge.adapter.Adapter`). Each step is one ``pip install``'s arguments.
+
+    The CPU variant installs ``torch==2.13.0`` (CPU build), then ``cpu_pre``, then agentbridge, the plugins and the
+    adapter with ``cpu_extra`` (``extra`` when None); the GPU variant installs agentbridge, the plugins, the adapter
+    with ``extra`` and ``gpu`` in one step, then ``gpu_post``. ``gpu_conflict`` refuses the GPU variant and
+    ``source_only`` both, each with its one line.
+    """
+
+    adapter: str  # the adapter's distribution (e.g. agentbridge-trl)
+    extra: str | None = "backend"  # the adapter's extra that brings the backend (None: the adapter has none)
+    core_extra: str | None = "hf"  # agentbridge's extra (None where the backend pins its own transformers)
+    gpu: tuple[str, ...] = ()  # the backend's packages, in the main GPU step
+    gpu_post: tuple[tuple[str, ...], ...] = ()  # GPU steps after it (what builds against the installed torch)
+    cpu_extra: str | None = None  # the adapter's extra on CPU, when not ``extra``
+    cpu_pre: tuple[tuple[str, ...], ...] = ()  # CPU steps before the main one (e.g. the backend without its deps)
+    gpu_conflict: str = ""  # why no GPU environment can be resolved (empty: it can)
+    source_only: str = ""  # why no recipe installs it and how to build its environment instead (empty: one does)
+
+
+def declared() -> dict[str, tuple[str, EnvironmentRecipe | None]]:
+    """The installed backends' environment declarations: ``{backend: (module, recipe or None)}``, in the
+    registry's order (a backend that fails to load is left out)."""
+    from agentbridge.plugins import get_plugins
+
+    registry = get_plugins().backends
+    out: dict[str, tuple[str, EnvironmentRecipe | None]] = {}
+    for name in registry.ids():
+        try:
+            backend = registry.get(name)
+        except Exception:  # noqa: BLE001 - a broken backend package has no recipe to offer
+            continue
+        env = getattr(backend, "environment", None)
+        out[name] = (str(getattr(backend, "module", name)), env if isinstance(env, EnvironmentRecipe) else None)
+    return out
 
 
 @dataclass
@@ -129,34 +134,38 @@ def source_of(dist: str, extra: str | None = None) -> list[str]:
 
 def plugin_distributions() -> list[str]:
     """The agentbridge plugin distributions installed here, backends' adapters excluded."""
-    adapters = {str(v["adapter"]) for v in FIRST_PARTY.values()}
+    adapters = {recipe.adapter for _, recipe in declared().values() if recipe is not None}
     dists = {ep.dist.name for ep in metadata.entry_points(group="agentbridge") if ep.dist is not None}
     return sorted(d for d in dists if d not in adapters and d != "agentbridge")
 
 
 def recipe(backend: str, *, cpu: bool, plugins: list[str] | None = None, extra: list[str] | None = None) -> Recipe:
-    """The first-party recipe for ``backend``; ``plugins`` defaults to every plugin installed here; ``extra``
-    packages (e.g. pytest) join the main install step, so one resolve keeps the backend's pins."""
-    if backend not in FIRST_PARTY:
-        with_recipe = [name for name, info in FIRST_PARTY.items() if not info.get("source_only")]
-        raise ValueError(f"backends setup: no recipe for '{backend}' (first-party: {', '.join(with_recipe)})")
-    info = FIRST_PARTY[backend]
-    if info.get("source_only"):
-        raise ValueError(f"backends setup {backend}: {info['source_only']}")
-    if not cpu and info.get("gpu_conflict"):
-        raise ValueError(f"backends setup {backend} --gpu: {info['gpu_conflict']}")
-    core = source_of("agentbridge", "hf" if backend != "verl" else None)  # veRL pins an older transformers
-    adapter_extra = str(info.get("cpu_extra", info["extra"])) if cpu else str(info["extra"])
+    """The recipe ``backend``'s adapter declares (its ``environment``); ``plugins`` defaults to every plugin installed
+    here; ``extra`` packages (e.g. pytest) join the main install step, so one resolve keeps the backend's pins."""
+    known = declared()
+    module, info = known.get(backend, (backend, None))
+    if info is None:
+        with_recipe = [n for n, (_, r) in known.items() if r is not None and not r.source_only]
+        offered = (f"installed backends with one: {', '.join(with_recipe)}" if with_recipe
+                   else "no installed backend declares one")
+        what = "its adapter declares none" if backend in known else f"no backend '{backend}' is installed here"
+        raise ValueError(f"backends setup: no recipe for '{backend}' ({what}; {offered})")
+    if info.source_only:
+        raise ValueError(f"backends setup {backend}: {info.source_only}")
+    if not cpu and info.gpu_conflict:
+        raise ValueError(f"backends setup {backend} --gpu: {info.gpu_conflict}")
+    core = source_of("agentbridge", info.core_extra)
+    adapter_extra = (info.cpu_extra or info.extra) if cpu else info.extra
     packages = [*core, *[a for p in (plugins if plugins is not None else plugin_distributions())
-                         for a in source_of(p)], *source_of(str(info["adapter"]), adapter_extra), *(extra or [])]
+                         for a in source_of(p)], *source_of(info.adapter, adapter_extra), *(extra or [])]
     steps: list[list[str]] = []
     if cpu:
-        steps += [[CPU_TORCH], *info.get("cpu_pre", [])]
+        steps += [[CPU_TORCH], *(list(step) for step in info.cpu_pre)]
         steps.append([CPU_TORCH, *packages])
     else:
-        steps += [[*packages, *info["gpu"]], *info.get("gpu_post", [])]
-    steps.append(QWEN_VOCAB)
-    return Recipe(backend, str(info["module"]), "cpu" if cpu else "gpu", steps)
+        steps += [[*packages, *info.gpu], *(list(step) for step in info.gpu_post)]
+    steps.append(list(QWEN_VOCAB))
+    return Recipe(backend, module, "cpu" if cpu else "gpu", steps)
 
 
 def install_command(python: Path) -> list[str]:

@@ -37,6 +37,9 @@ class Capabilities:
     # upstream commit, outside this repository's CI (which checks the adapter's compile output and protocol only);
     # empty when the adapter's tests run against the backend's own code wherever the backend installs
     verified_upstream: str = ""
+    # whether the backend installs from the package index and its adapter's tests run the backend's own code (rollout
+    # conformance included) in this repository's CI
+    verified_in_ci: bool = False
 
 
 @dataclass
@@ -87,7 +90,10 @@ class Job:
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a backend adapter implements; :mod:`agentbridge.adapter` holds what they all do the same way."""
+    """What a backend adapter implements; :mod:`agentbridge.adapter` holds what they all do the same way. What the
+    core says of a backend (its capabilities, how it was verified, how ``agentbridge backends setup`` builds its
+    environment: an optional ``environment``, an :class:`agentbridge.backend_envs.EnvironmentRecipe`) comes from the
+    installed adapter."""
 
     name: str
 
@@ -116,31 +122,12 @@ class Backend(Protocol):
         ...
 
 
-# What agentbridge's first-party adapters run; used to point users to another backend when its adapter is
-# not installed here. An installed backend's own capabilities take precedence.
-FIRST_PARTY_ALGORITHMS: dict[str, list[str]] = {
-    "trl": ["dapo", "dr_grpo", "grpo", "gspo"],
-    "verl": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
-    "openrlhf": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp", "rloo"],
-    "rlinf": ["dapo", "grpo", "reinforce_pp"],
-    "slime": ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp"],
-    "roll": ["dapo", "dr_grpo", "grpo", "ppo", "reinforce_pp"],
-}
-# first-party backends installed from the package index, whose adapter tests run the backend's own code (rollout
-# conformance included) in this repository's CI; a backend that is not on the index says instead which upstream
-# commit its adapter was verified against (``Capabilities.verified_upstream``)
-VERIFIED_IN_CI = ("trl", "verl", "openrlhf", "rlinf")
-FIRST_PARTY_TURN_CREDIT = ("verl",)  # first-party backends whose training batch takes per-token rewards
-FIRST_PARTY_SERVING = ("verl", "openrlhf")  # first-party backends whose job serves a reward model (serve: backend)
-
-
 def known_capabilities() -> dict[str, Capabilities]:
-    """Capabilities of every backend agentbridge knows: installed ones, then first-party ones."""
+    """Capabilities of every installed backend, each as its adapter declares them (a backend that fails to load is
+    left out), in the registry's order."""
     from agentbridge.plugins import get_plugins
 
-    known = {name: Capabilities(algorithms=algos, turn_credit=name in FIRST_PARTY_TURN_CREDIT,
-                                serves_reward_models=name in FIRST_PARTY_SERVING)
-             for name, algos in FIRST_PARTY_ALGORITHMS.items()}
+    known = {}
     for name in get_plugins().backends.ids():
         try:
             known[name] = get_plugins().backends.get(name).capabilities()
@@ -149,13 +136,14 @@ def known_capabilities() -> dict[str, Capabilities]:
     return known
 
 
-def verification(name: str, caps: Capabilities) -> tuple[str, str]:
-    """How backend ``name``'s adapter was verified against the backend's own code: ``(short, sentence)``."""
+def verification(caps: Capabilities) -> tuple[str, str]:
+    """How a backend's adapter was verified against the backend's own code, as its capabilities say:
+    ``(short, sentence)``."""
     if caps.verified_upstream:
         return (f"upstream {caps.verified_upstream.split('@')[0]}@{caps.verified_upstream.split('@')[-1][:7]}",
                 f"verified against upstream {caps.verified_upstream}, outside this repository's CI (not on the "
                 "package index: CI checks its compile output and the protocol it speaks)")
-    if name in VERIFIED_IN_CI:
+    if caps.verified_in_ci:
         return ("this CI", "verified in this repository's CI against its own code (installed from the package "
                            "index)")
     return ("not stated", "its adapter does not say how it was verified")
@@ -183,7 +171,7 @@ def algorithm_problem(spec: Spec, backend: str, capabilities: Capabilities,
     if algo in capabilities.algorithms:
         return None
     can = sorted(name for name, caps in others.items() if algo in caps.algorithms and name != backend)
-    hint = f"; backends that can: {', '.join(can)}" if can else ""
+    hint = f"; backends that can: {', '.join(can)}" if can else "; no installed backend can"
     return Problem("algorithm.name", f"{backend} cannot run '{algo}' (it runs {', '.join(capabilities.algorithms)})"
                    f"{hint}")
 

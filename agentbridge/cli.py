@@ -516,7 +516,7 @@ def backends(ctx: click.Context) -> None:
             continue
         python = backend_python(name, getattr(backend, "module", name))
         where = "this one" if python == sys.executable else python or f"none: agentbridge backends setup {name}"
-        short, sentence = verification(name, caps)
+        short, sentence = verification(caps)
         verified.append(f"{name}: {sentence}")
         table.add_row(name, ", ".join(caps.algorithms), yes[caps.multimodal], yes[caps.tool_images],
                       str(caps.max_turns or "spec"), yes[caps.async_rollout], yes[caps.turn_credit],

@@ -32,7 +32,7 @@ from agentbridge.rollout.trajectory import Trajectory, Turn
 from agentbridge.spec import load_spec
 from agentbridge_math.env import CalculatorEnv, exact_number
 from agentbridge_math.tasks import eval_int
-from agentbridge_openrlhf.executor import AgentbridgeExecutor
+from agentbridge_openrlhf.rollout import AgentbridgeExecutor
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>'
 SETS = ["model.path=builtin:tiny-qwen2.5", "algorithm.name=grpo", "agent.max_turns=4"]

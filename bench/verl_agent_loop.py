@@ -39,8 +39,8 @@ from agentbridge.env import Task
 from agentbridge.models import load_tokenizer, resolve_model_path
 from agentbridge.tools import as_tool
 from agentbridge_math.calculator import calculator, evaluate
-from agentbridge_verl.agent_loop import AgentBridgeAgentLoop
 from agentbridge_verl.data import TASK_KEY
+from agentbridge_verl.rollout import AgentBridgeAgentLoop
 
 LENGTHS = (2, 8, 32)
 MODEL = "builtin:tiny-qwen2.5"

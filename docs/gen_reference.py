@@ -476,21 +476,16 @@ def backends_page() -> str:
     from agentbridge.spec import ALGORITHMS
 
     caps = capabilities()
-    installed = installed_backends()
     out = [GENERATED, "# Backend support matrix\n\n",
-           "From `agentbridge.backends.known_capabilities()`: each installed adapter's own `capabilities()`, and for a "
-           "first-party backend whose adapter is not installed where the site was built, what agentbridge records "
-           "about it (its algorithms, turn credit and reward-model serving only). `agentbridge backends` prints the "
-           "same for a machine's installed backends.\n\n"]
+           "From `agentbridge.backends.known_capabilities()`: each backend installed where the site was built, as its "
+           "adapter declares it (`capabilities()`). `agentbridge backends` prints the same for a machine's installed "
+           "backends.\n\n"]
     rows = []
     for name, c in caps.items():
-        here = name in installed
-        rows.append([name, YES[here], ", ".join(c.algorithms), YES[c.multimodal] if here else "?",
-                     YES[c.tool_images] if here else "?", YES[c.turn_credit], YES[c.serves_reward_models],
-                     YES[c.cpu_training] if here else "?", verification(name, c)[0] if here else "?",
-                     c.scale_out if here else ""])
-    out.append(table(["backend", "installed", "algorithms", "VLM", "tool images", "turn credit", "serves RMs",
-                      "trains on CPU", "verified", "scale-out"], rows) + "\n")
+        rows.append([name, ", ".join(c.algorithms), YES[c.multimodal], YES[c.tool_images], YES[c.turn_credit],
+                     YES[c.serves_reward_models], YES[c.cpu_training], verification(c)[0], c.scale_out])
+    out.append(table(["backend", "algorithms", "VLM", "tool images", "turn credit", "serves RMs", "trains on CPU",
+                      "verified", "scale-out"], rows) + "\n")
     out.append("*turn credit*: the training batch takes per-token rewards (`algorithm.credit: turn`); *serves RMs*: "
                "the job serves `core/reward_model` with `serve: backend`; *verified*: where the adapter was checked "
                "against the backend's own code.\n\n")
@@ -516,11 +511,10 @@ def backends_page() -> str:
                    + "\n")
     out.append("## Verification\n\n")
     for name, c in caps.items():
-        if name in installed:
-            out.append(f"- **{name}**: {verification(name, c)[1]}.\n")
+        out.append(f"- **{name}**: {verification(c)[1]}.\n")
     out.append("\n## Notes from each installed adapter\n\n")
     for name, c in caps.items():
-        if name in installed and c.notes:
+        if c.notes:
             out.append(f"### {name}\n\n" + "".join(f"- {cell(note)}\n" for note in c.notes) + "\n")
     return "".join(out)
 

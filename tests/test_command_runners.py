@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from agentbridge import backend_envs
-from agentbridge.backends import backend_python
+from agentbridge.backend_envs import EnvironmentRecipe
+from agentbridge.backends import backend_python, known_capabilities, verification
 from agentbridge.cli import main
 from agentbridge.command_runners import InterpreterRunner, LocalRunner, RayJobRunner, runner_for
 
@@ -79,8 +81,38 @@ def test_setup_cli_dry_run_and_unknown_backend() -> None:
     result = CliRunner().invoke(main, ["backends", "setup", "verl", "--dry-run"])
     assert result.exit_code == 0 and result.output.splitlines()[0] == "pip install torch==2.13.0"
     bad = CliRunner().invoke(main, ["backends", "setup", "nope"])
+    with_recipe = [n for n, (_, r) in backend_envs.declared().items() if r is not None and not r.source_only]
     assert bad.exit_code == 1 and bad.output.strip() == (
-        "error: backends setup: no recipe for 'nope' (first-party: trl, verl, openrlhf, rlinf)")
+        f"error: backends setup: no recipe for 'nope' (no backend 'nope' is installed here; installed backends with "
+        f"one: {', '.join(with_recipe)})")
+
+
+def test_capabilities_and_recipe_come_from_the_adapter(mini_backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core holds no table of backends: what ``known_capabilities``, ``verification`` and ``backends setup`` say
+    of one is what its adapter declares (here the example backend package's ``capability_fields`` and
+    ``environment``)."""
+    assert known_capabilities()["mini"] == mini_backend.capabilities()
+    assert known_capabilities()["mini"].notes == ["collects batches only: no weight updates"]
+    assert verification(known_capabilities()["mini"])[0] == "not stated"
+    cpu = backend_envs.recipe("mini", cpu=True, plugins=[])
+    assert (cpu.module, cpu.steps[0]) == ("agentbridge_mini", ["torch==2.13.0"])
+    assert any(a.startswith("agentbridge-mini") or a.endswith("backend-package") for a in cpu.steps[1])
+    kind = type(mini_backend)
+    monkeypatch.setattr(kind, "capability_fields", {"verified_in_ci": True})
+    monkeypatch.setattr(kind, "environment", EnvironmentRecipe(
+        adapter="agentbridge-mini", extra=None, gpu=("mini-engine==1.0",), gpu_post=(("--no-deps", "mini-ops"),)))
+    assert verification(known_capabilities()["mini"])[0] == "this CI"
+    gpu = backend_envs.recipe("mini", cpu=False, plugins=[])
+    assert gpu.steps[0][-1] == "mini-engine==1.0" and gpu.steps[1] == ["--no-deps", "mini-ops"]
+    monkeypatch.setattr(kind, "environment", EnvironmentRecipe(adapter="agentbridge-mini", source_only="build it"))
+    with pytest.raises(ValueError, match=r"^backends setup mini: build it$"):
+        backend_envs.recipe("mini", cpu=True)
+    monkeypatch.setattr(kind, "environment", None)
+    with pytest.raises(ValueError, match=r"no recipe for 'mini' \(its adapter declares none; "):
+        backend_envs.recipe("mini", cpu=True)
+    monkeypatch.setattr(backend_envs, "declared", dict)  # nothing installed
+    with pytest.raises(ValueError, match=r"no backend 'trl' is installed here; no installed backend declares one\)$"):
+        backend_envs.recipe("trl", cpu=True)
 
 
 def test_backends_lists_where_each_environment_is() -> None:

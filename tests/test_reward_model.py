@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentbridge import reward_model
-from agentbridge.backends import compile_job, get_backend
+from agentbridge.backends import compile_job, get_backend, known_capabilities
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.spec import SpecError, load_spec
@@ -70,8 +70,10 @@ def test_a_backend_whose_job_serves_no_reward_model_refuses_serve_backend(tmp_pa
     backends that serve."""
     rm = json.dumps([{"id": "core/reward_model", "args": {"path": "builtin:tiny-rm", "serve": "backend"}}])
     spec = load_spec("examples/calculator.yaml", [f"reward={rm}", "backend.name=trl"])
+    serving = [n for n, c in known_capabilities().items() if c.serves_reward_models]  # the installed ones
+    assert {"openrlhf", "verl"} <= set(serving)
     with pytest.raises(SpecError, match=r"reward: core/reward_model serve: backend: the trl job serves no "
-                       r"reward model \(jobs that do: verl, openrlhf\)"):
+                       rf"reward model \(jobs that do: {', '.join(serving)}\)"):
         compile_job(spec, get_backend("trl"), tmp_path / "job")
     url = json.dumps([{"id": "core/reward_model", "args": {"path": "builtin:tiny-rm", "url": "http://h:1/get_reward"}}])
     compile_job(load_spec("examples/calculator.yaml", [f"reward={url}"]), get_backend("trl"), tmp_path / "url")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (once) the OpenRLHF 0.11.2 environment <repo>/.venv-openrlhf with `agentbridge backends setup openrlhf
 # --cpu` and run the OpenRLHF adapter's tests in it.  Run from anywhere; idempotent, fast when present.
-# The CPU recipe (agentbridge/backend_envs.py):
+# The CPU recipe (`environment` in agentbridge_openrlhf/backend.py, built by agentbridge/backend_envs.py):
 #  - torch==2.13.0 first (the CPU build; an unpinned torch would pull a multi-GB CUDA build);
 #  - openrlhf==0.11.2 with --no-deps: its DeepSpeed, flash-attn and vLLM need a GPU; the CPU-usable part
 #    of its dependencies is the adapter's `cpu` extra;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (once) the RLinf 0.3.0 environment <repo>/.venv-rlinf with `agentbridge backends setup rlinf --cpu` and run
 # the RLinf adapter's tests in it.  Run from anywhere; idempotent, fast when present.
-# The CPU recipe (agentbridge/backend_envs.py):
+# The CPU recipe (`environment` in agentbridge_rlinf/backend.py, built by agentbridge/backend_envs.py):
 #  - torch==2.13.0 first (the CPU build; an unpinned torch would pull a multi-GB CUDA build);
 #  - rlinf==0.3.0 with --no-deps: its declared dependencies pull triton (liger_kernel), gsutil, nvitop, swanlab and
 #    more; what its validator and agent-loop path import is the adapter's `cpu` extra (Ray, Hydra, OmegaConf, ...);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create the veRL 0.9.1 environment (.venv-verl, CPU torch) with `agentbridge backends setup verl --cpu` if needed,
-# then run the veRL adapter's tests in it. The CPU recipe (agentbridge/backend_envs.py): torch==2.13.0 first, then
+# then run the veRL adapter's tests in it. The CPU recipe (`environment` in agentbridge_verl/backend.py, built by
+# agentbridge/backend_envs.py): torch==2.13.0 first, then
 # in one resolve with torch pinned: agentbridge core without the [hf] extra (veRL 0.9.1 pins transformers<5.11 while
 # agentbridge[hf] wants >=5.15), the plugins installed in .venv (math, search, gui: their deps leave veRL's pins
 # alone, so the examples' ids resolve here), agentbridge-verl[backend] (verl==0.9.1, TransferQueue==0.1.11 for veRL's

@@ -14,7 +14,8 @@ adapter as kit``).
 - ``tasks``: the task codec (:data:`TASK_KEY`, :func:`encode_task`, :func:`decode_task`);
 - ``cluster``: :func:`ray_cluster_nodes`;
 - the core's names an adapter needs beside them (imported where they are defined on first use, so that importing
-  the kit stays light): the backend protocol's :class:`Capabilities`, :class:`Job`, :class:`JobError`,
+  the kit stays light): the backend protocol's :class:`Capabilities`, the environment recipe an adapter declares
+  (:class:`EnvironmentRecipe`), :class:`Job`, :class:`JobError`,
   :class:`Problem`, :class:`Report`, :func:`backend_python`; the run files' :func:`write_jsonl`, :func:`read_jsonl`,
   :func:`append_jsonl`; the plugin registry, :func:`get_plugins`.
 
@@ -79,6 +80,7 @@ from agentbridge.adapter.validation import (
 )
 
 if TYPE_CHECKING:
+    from agentbridge.backend_envs import EnvironmentRecipe
     from agentbridge.backends import Capabilities, Job, JobError, Problem, Report, backend_python
     from agentbridge.plugins import get_plugins
     from agentbridge.runs import append_jsonl, read_jsonl, write_jsonl
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
 # the core's names re-exported here: name -> the core module that defines it (imported on first use)
 _CORE = {
     "Capabilities": "agentbridge.backends",
+    "EnvironmentRecipe": "agentbridge.backend_envs",
     "Job": "agentbridge.backends",
     "JobError": "agentbridge.backends",
     "Problem": "agentbridge.backends",
@@ -98,8 +101,8 @@ _CORE = {
 }
 
 __all__ = [
-    "Capabilities", "Job", "JobError", "Problem", "Report", "append_jsonl", "backend_python", "get_plugins",
-    "read_jsonl", "write_jsonl",
+    "Capabilities", "EnvironmentRecipe", "Job", "JobError", "Problem", "Report", "append_jsonl", "backend_python",
+    "get_plugins", "read_jsonl", "write_jsonl",
     "Adapter", "BackendOptions", "Draft", "JobCheck", "SCRIPT_HEAD", "TASK_KEY", "agent_check", "algorithm_check",
     "begin_validation", "compose_hydra", "composed", "decode_task", "default_line", "encode_task", "first_line",
     "flatten", "foreign_note", "group_problem", "job_spec", "job_validator", "launch_job", "local_model_path",

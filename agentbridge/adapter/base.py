@@ -1,8 +1,8 @@
 """The adapter base: check, compile, validate, launch and conformance written once, from what an adapter declares.
 
 An adapter subclasses :class:`Adapter`, declares what its backend is (name, module, pins, algorithms and why not,
-options, capabilities) and implements the parts only it knows: its job's config table, its data rows, its extra
-files and its scripts' lines. The base runs the sequences:
+options, capabilities, how it was verified, the recipe of its environment) and implements the parts only it knows:
+its job's config table, its data rows, its extra files and its scripts' lines. The base runs the sequences:
 
 - ``check``: algorithm, unknown options, ``backend.overrides`` of the keys the adapter writes from the spec, recipe
   and sizing fields it cannot honour, options that disagree with their sizing field, groups, images, then
@@ -31,6 +31,7 @@ from agentbridge.adapter import checks
 from agentbridge.adapter.job import launch_job, new_job
 from agentbridge.adapter.scripts import entry_script, write_script
 from agentbridge.adapter.validation import run_validator
+from agentbridge.backend_envs import EnvironmentRecipe
 from agentbridge.backends import Capabilities, Job, Problem, Report, backend_python
 from agentbridge.env import Task
 from agentbridge.runs import write_jsonl
@@ -74,6 +75,8 @@ class Adapter:
     algorithms: ClassVar[Mapping[str, Any]] = {}  # what it runs (keys)
     # the other Capabilities fields it sets (async_rollout, scale_out, notes, ...), for the default capabilities()
     capability_fields: ClassVar[Mapping[str, Any]] = {}
+    # how ``agentbridge backends setup`` builds its environment (None: it declares none, the command refuses)
+    environment: ClassVar[EnvironmentRecipe | None] = None
     why_not: ClassVar[Mapping[str, str]] = {}  # algorithm it does not run -> why
     grouped: ClassVar[frozenset[str]] = frozenset()  # algorithms that need groups of two or more
     known_options: ClassVar[Mapping[str, Any]] = {}  # ``backend.options`` it knows, with defaults

@@ -49,7 +49,7 @@ each execute() runs one agentbridge episode (spec.yaml beside this file) with th
 
 from pathlib import Path
 
-from agentbridge_openrlhf.executor import AgentbridgeExecutor
+from agentbridge_openrlhf.rollout import AgentbridgeExecutor
 
 
 class AgentExecutor(AgentbridgeExecutor):
@@ -120,8 +120,13 @@ class OpenRLHFBackend(kit.Adapter):
                                     "backend.options.is_correction=token"}
     notes_in_submit = True
 
+    # OpenRLHF's DeepSpeed and flash-attn cannot build without CUDA: on CPU it goes in without its dependencies and
+    # the adapter's `cpu` extra brings the part that runs on CPU
+    environment = kit.EnvironmentRecipe(adapter="agentbridge-openrlhf", cpu_extra="cpu",
+                                        cpu_pre=(("--no-deps", f"openrlhf=={OPENRLHF_PIN}"),),
+                                        gpu=(f"openrlhf[vllm]=={OPENRLHF_PIN}",))
     capability_fields = dict(
-        multimodal=True, tool_images=True, async_rollout=True, serves_reward_models=True,
+        multimodal=True, tool_images=True, async_rollout=True, serves_reward_models=True, verified_in_ci=True,
         scale_out="Ray cluster (ray job submit); vLLM engines + DeepSpeed actor/ref(/critic), GPUs required",
         notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()] + NOTES + [
             "rewards are sequence-level: OpenRLHF puts the episode reward on the last generated token and "

@@ -92,7 +92,7 @@ def batch_records(batches: list[Any], tokenizer: Any, handed: dict[str, Any]) ->
 
 
 def row_record(b: Any, j: int, images: ImageIndex) -> EpisodeRecord:
-    from agentbridge_openrlhf.executor import task_from_label
+    from agentbridge_openrlhf.rollout import task_from_label
 
     case = task_from_label(b.labels[j]).id
     n = int(b.attention_mask[j].sum())

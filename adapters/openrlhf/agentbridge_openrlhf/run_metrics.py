@@ -49,7 +49,7 @@ NORMALIZED = {  # OpenRLHF's key (after train/) -> agentbridge's name
     "vllm_kl": "is/mismatch_kl",  # mean of rollout - old log-prob
     "is_filter_ratio": "is/capped_fraction",  # tokens outside [0, cap]: clipped or masked
 }
-# the executor's extra_logs (agentbridge_openrlhf.executor.extra_logs): already agentbridge's names, averaged per sample
+# the executor's extra_logs (agentbridge_openrlhf.rollout.extra_logs): already agentbridge's names, averaged per sample
 DRIVER = ("reward/", "episode/", "tools/", "finish/", "time/")
 KEEP_ALL = 0  # EventAccumulator size guidance: every event
 KEEP_ONE = 1

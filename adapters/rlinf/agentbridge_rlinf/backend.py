@@ -59,9 +59,16 @@ class RlinfBackend(kit.Adapter):
     config_refusals = staticmethod(kl_refusals)
     gpus_per_node = staticmethod(gpus_per_node)  # recorded in the manifest
 
+    # RLinf's declared dependencies drag in triton (liger_kernel), gsutil, nvitop, swanlab and more: on CPU it goes in
+    # without them and the adapter's `cpu` extra brings what its validator and agent loop import
+    environment = kit.EnvironmentRecipe(
+        adapter="agentbridge-rlinf", cpu_extra="cpu", cpu_pre=(("--no-deps", f"rlinf=={RLINF_PIN}"),),
+        gpu=(f"rlinf[agentic-sglang]=={RLINF_PIN}",),
+        gpu_conflict=f"RLinf {RLINF_PIN}'s engine extras (agentic-sglang, agentic-vllm) pin transformers==4.51.1 and "
+                     "agentbridge[hf] needs transformers>=5.5.3: no one environment holds both")
     capability_fields = {
-        "async_rollout": True, "scale_out": "Ray cluster: ray job submit (cluster.num_nodes x GPUs), SGLang rollout "
-                                            "workers",
+        "verified_in_ci": True, "async_rollout": True,
+        "scale_out": "Ray cluster: ray job submit (cluster.num_nodes x GPUs), SGLang rollout workers",
         "notes": [*NOTES, f"training needs GPUs (RLinf {RLINF_PIN}: FSDP or Megatron actors, SGLang); the agent loop "
                   "and validation run on CPU", "images: not wired (RLinf's agent loop passes no images to its engine)"]}
 

@@ -139,7 +139,7 @@ def rollout_results(cfg: Any, tokenizer: Any) -> list[Any]:
     """The golden episodes through RLinf's agent-loop worker on local Ray: one ``RolloutResult`` per task."""
     from rlinf.scheduler import Channel, Cluster, NodePlacementStrategy
 
-    from agentbridge_rlinf.agent_loop import AgentBridgeAgentLoopWorker
+    from agentbridge_rlinf.rollout import AgentBridgeAgentLoopWorker
 
     run = next(_RUNS)
     request = first_request(cfg, tokenizer)

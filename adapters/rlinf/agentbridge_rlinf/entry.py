@@ -87,7 +87,7 @@ def run(cfg: Any) -> None:
     from rlinf.workers.rollout.utils import get_rollout_backend_worker
     from transformers import AutoTokenizer
 
-    from agentbridge_rlinf.agent_loop import AgentBridgeAgentLoopWorker
+    from agentbridge_rlinf.rollout import AgentBridgeAgentLoopWorker
 
     cfg = validate_cfg(cfg)
     print(json.dumps(OmegaConf.to_container(cfg, resolve=True), indent=2))

@@ -37,7 +37,7 @@ NORMALIZED = {  # RLinf's tag -> agentbridge's name
     # (workers/actor/fsdp_actor_worker.py compute_rollout_train_kl: mean |recomputed - rollout log-prob|)
     "train/actor/rollout_train_kl": "is/logp_abs_diff",
 }
-# the agent loop's metrics (agentbridge_rlinf.agent_loop: EPISODE_METRICS): agentbridge's names already
+# the agent loop's metrics (agentbridge_rlinf.rollout: EPISODE_METRICS): agentbridge's names already
 DRIVER = ("episode/", "tools/", "reward/", "time/generate_s", "time/env_s")
 
 

@@ -92,7 +92,7 @@ def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str]
     problems += _algorithm(cfg)
     semantics.update(semantics_of(cfg, spec))
     try:
-        from agentbridge_rlinf.agent_loop import AgentBridgeAgentLoopWorker  # noqa: F401
+        from agentbridge_rlinf.rollout import AgentBridgeAgentLoopWorker  # noqa: F401
     except ImportError as e:
         problems.append(Problem("agentloop", f"agentbridge's agent-loop worker does not import here: "
                                 f"{kit.first_line(e)}"))

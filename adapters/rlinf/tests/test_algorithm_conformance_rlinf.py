@@ -34,7 +34,7 @@ def test_rlinfs_math_equals_the_reference_or_says_why() -> None:
     assert cells["grpo"].deltas["advantages"] <= IDENTICAL and cells["grpo"].deltas["loss"] <= IDENTICAL
     assert cells["dapo"].deltas["advantages"] <= IDENTICAL  # grpo advantages; clip-higher leaves them alone
     assert {a for a, c in cells.items() if c.status == "n/a"} == {"dr_grpo", "gspo", "rloo", "ppo"}
-    assert "backends that can" in cells["rloo"].why
+    assert "backends that can" in cells["rloo"].why or "no installed backend can" in cells["rloo"].why
 
 
 def test_reinforce_pp_advantages_differ_only_with_kl_on(tmp_path: Path) -> None:

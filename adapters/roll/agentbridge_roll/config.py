@@ -2,7 +2,7 @@
 
 ROLL reads one Hydra YAML, composed and turned into its config dataclasses with ``dacite.from_dict``. Its agentic
 pipeline plays episodes in env managers: ``custom_envs.<tag>.env_manager_cls`` names the class, which this job sets
-to agentbridge's (``agentbridge_roll.env_manager.AgentBridgeEnvManager``); that env manager reads the job's spec and
+to agentbridge's (``agentbridge_roll.rollout.AgentBridgeEnvManager``); that env manager reads the job's spec and
 tasks from ``custom_envs.<tag>.env_config`` and generates through ROLL's ``llm_proxy`` (``policy``: ROLL's own
 vLLM/SGLang router).
 """
@@ -22,7 +22,7 @@ CONFIG_NAME = "roll_job"
 ENTRY_FILE = "entry.py"
 TAG = "agentbridge"  # the custom_envs tag of the job's training episodes
 EVAL_TAG = "agentbridge_eval"  # ... and of its held-out tasks (ROLL's val env manager)
-ENV_MANAGER = "agentbridge_roll.env_manager.AgentBridgeEnvManager"
+ENV_MANAGER = "agentbridge_roll.rollout.AgentBridgeEnvManager"
 GROUP_FILTER = "agentbridge_roll.layout.EqualScoresFilter"  # dapo's dynamic sampling
 ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"  # ROLL's default: keeps every group
 ROLLOUT_ENGINES = ("vllm", "sglang")

@@ -98,7 +98,7 @@ def rollout_batch(config: Any) -> DataProto:
     from roll.distributed.scheduler.rollout_scheduler import GroupQueueManager
     from roll.models.model_providers import default_tokenizer_provider
 
-    from agentbridge_roll.env_manager import AgentBridgeEnvManager
+    from agentbridge_roll.rollout import AgentBridgeEnvManager
 
     _ray()
     workers = config.train_env_manager
@@ -141,8 +141,8 @@ def rollout_batch(config: Any) -> DataProto:
 
 def records_of(batch: DataProto) -> list[EpisodeRecord]:
     """Each trajectory read back from ROLL's batch without its padding (:func:`agentbridge_roll.layout.record`)."""
-    from agentbridge_roll.env_manager import TASK_KEY
     from agentbridge_roll.layout import FIELDS, LayoutError, record
+    from agentbridge_roll.rollout import TASK_KEY
 
     missing = [key for key in FIELDS if key not in batch.batch.keys()]
     if missing:

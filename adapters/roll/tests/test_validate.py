@@ -83,5 +83,5 @@ def test_the_entry_builds_rolls_pipeline_config_from_launch_sh_arguments(small_j
     assert built[0] == "init" and built[2] == "run" and type(config).__name__ == "AgenticConfig"
     assert config.pretrain == "/models/m" and config.output_dir == "/runs/r"  # type: ignore[attr-defined]
     env = config.train_env_manager.env_configs[0][0]  # type: ignore[attr-defined]
-    assert env["env_manager_cls"] == "agentbridge_roll.env_manager.AgentBridgeEnvManager"
+    assert env["env_manager_cls"] == "agentbridge_roll.rollout.AgentBridgeEnvManager"
     assert env["config"]["spec_path"] == f"{job}/spec.yaml" and env["config"]["data_path"] == f"{job}/data/train.jsonl"

@@ -6,7 +6,7 @@ switch, a list is several values). ``launch.sh`` turns it into ``train.py``'s ar
 checked is what runs. Values may name ``${ROOT}`` (the job directory), ``${MODEL}`` and ``${RUN_DIR}``.
 
 slime reaches agentbridge through two of its hooks: ``--custom-generate-function-path`` (the driver runs each
-sample's episode: :func:`agentbridge_slime.generate.generate`) and ``--custom-config-path`` (``agentbridge.yaml``:
+sample's episode: :func:`agentbridge_slime.rollout.generate`) and ``--custom-config-path`` (``agentbridge.yaml``:
 slime sets its keys on ``args``; ``agentbridge_spec`` tells the generate function where the job's spec is).
 """
 
@@ -25,7 +25,7 @@ SAVE_DIR = "${RUN_DIR}/checkpoints"  # --save: Megatron's torch_dist checkpoints
 HF_SAVE = "${RUN_DIR}/hf/rollout_{rollout_id}"  # --save-hf: the trained model at each save, in HF format
 CUSTOM_CONFIG = "agentbridge.yaml"  # slime's --custom-config-path: keys set on args by slime_validate_args
 
-GENERATE_HOOK = "agentbridge_slime.generate.generate"
+GENERATE_HOOK = "agentbridge_slime.rollout.generate"
 DR_GRPO_REDUCER = "agentbridge_slime.reducers.dr_grpo_pg_loss_reducer"
 DAPO_FILTER = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
 

@@ -200,7 +200,7 @@ def _validate(job_dir: Path, start: kit.JobCheck, spec: Spec, skipped: list[str]
                    "slime's train.py on the cluster" + (f"; flags only Megatron declares: {', '.join(unchecked)}"
                                                        if unchecked else ""))
     try:
-        from agentbridge_slime.generate import spec_path
+        from agentbridge_slime.rollout import spec_path
 
         if spec_path(args) != job_dir / "spec.yaml":
             problems.append(Problem("agentbridge.yaml", f"slime's args point the generate function at "

@@ -14,7 +14,7 @@ import yaml
 from slime_testkit import EXAMPLE, ROOT, SMALL, compile_job
 
 from agentbridge.adapter import TASK_KEY, decode_task
-from agentbridge.backends import FIRST_PARTY_ALGORITHMS, Backend, Job, known_capabilities
+from agentbridge.backends import Backend, Job, known_capabilities
 from agentbridge.backends import compile_job as pipeline_compile
 from agentbridge.plugins import get_plugins
 from agentbridge.spec import SpecError, load_spec
@@ -29,7 +29,6 @@ def test_registered_and_implements_the_protocol() -> None:
     assert isinstance(backend, SlimeBackend) and isinstance(backend, Backend)
     caps = backend.capabilities()
     assert caps.algorithms == ["dapo", "dr_grpo", "grpo", "gspo", "ppo", "reinforce_pp"]
-    assert caps.algorithms == sorted(FIRST_PARTY_ALGORITHMS["slime"])
     assert not caps.multimodal and not caps.turn_credit and not caps.cpu_training
     assert caps.verified_upstream == f"THUDM/slime@{SLIME_COMMIT}" and len(SLIME_COMMIT) == 40
 
@@ -102,7 +101,7 @@ def test_flags_map_the_spec(small_job: Job) -> None:
     flags = yaml.safe_load((small_job.path / "slime_job.yaml").read_text())
     spec = load_spec(small_job.path / "spec.yaml")
     agent = spec.agent
-    assert flags["custom-generate-function-path"] == "agentbridge_slime.generate.generate"
+    assert flags["custom-generate-function-path"] == "agentbridge_slime.rollout.generate"
     assert flags["custom-config-path"] == "${ROOT}/agentbridge.yaml"
     assert flags["prompt-data"] == "${ROOT}/data/train.jsonl" and flags["hf-checkpoint"] == "${MODEL}"
     assert (flags["input-key"], flags["label-key"], flags["metadata-key"]) == ("prompt", "label", "metadata")
@@ -201,7 +200,7 @@ def test_validate_without_slime_says_how_in_one_line(small_job: Job, monkeypatch
 def test_backends_says_how_each_backend_was_verified() -> None:
     from click.testing import CliRunner
 
-    from agentbridge.backends import VERIFIED_IN_CI, Capabilities, verification
+    from agentbridge.backends import Capabilities, verification
     from agentbridge.cli import main
 
     result = CliRunner().invoke(main, ["backends"], terminal_width=400)
@@ -210,10 +209,11 @@ def test_backends_says_how_each_backend_was_verified() -> None:
     assert any(x.startswith(f"slime: verified against upstream THUDM/slime@{SLIME_COMMIT}, outside this "
                             "repository's CI") for x in lines)
     assert "│ upstream" in next(x for x in lines if x.startswith("│ slime"))  # the table's column (wrapped)
-    for name in set(VERIFIED_IN_CI) & set(get_plugins().backends.ids()):  # those installed here
-        assert any(x.startswith(f"{name}: verified in this repository's CI against its own code") for x in lines)
-    assert verification("trl", Capabilities(algorithms=[]))[0] == "this CI"
-    assert verification("mine", Capabilities(algorithms=[]))[0] == "not stated"
+    for name, caps in known_capabilities().items():  # each installed adapter says it of itself
+        if caps.verified_in_ci:
+            assert any(x.startswith(f"{name}: verified in this repository's CI against its own code") for x in lines)
+    assert verification(Capabilities(algorithms=[], verified_in_ci=True))[0] == "this CI"
+    assert verification(Capabilities(algorithms=[]))[0] == "not stated"
 
 
 def test_launch_sh_runs_slimes_train_py_with_the_jobs_flags(small_job: Job, tmp_path: Path) -> None:

@@ -22,7 +22,6 @@ from agentbridge.conformance.suite import golden_spec, reference_records
 from agentbridge.rollout.training import TrainingSequence, episode_sample
 from agentbridge.rollout.trajectory import Trajectory
 from agentbridge_slime.backend import SlimeBackend
-from agentbridge_slime.generate import runner_for, spec_path
 from agentbridge_slime.protocol import (
     EngineAborted,
     RouterPolicy,
@@ -32,6 +31,7 @@ from agentbridge_slime.protocol import (
     spans,
     status_of,
 )
+from agentbridge_slime.rollout import runner_for, spec_path
 from agentbridge_slime.standin import GoldenRouterStandIn
 
 

@@ -44,9 +44,12 @@ class TrlBackend(kit.Adapter):
     recipe_why_not = RECIPE_WHY_NOT  # k1/k2, KL in the reward, one-step-off and async rollouts (config.py)
     sizing_options = SIZING_OPTIONS
     lora_why_not = None  # model.lora: TRL's GRPOTrainer(peft_config=...) trains the adapter (agentbridge_trl.trainer)
+    # DeepSpeed (the GPU profiles' ZeRO-3) builds its ops against the installed torch: after, without build isolation
+    environment = kit.EnvironmentRecipe(adapter="agentbridge-trl", gpu=(f"trl[vllm]=={TRL_PIN}",),
+                                        gpu_post=(("--no-build-isolation", "deepspeed==0.19.6"),))
 
     capability_fields = dict(
-        multimodal=True, tool_images=True, cpu_training=True,
+        multimodal=True, tool_images=True, cpu_training=True, verified_in_ci=True,
         scale_out="accelerate launch (multi-GPU / multi-node), vLLM colocate or server",
         notes=[f"{algo}: {why}" for algo, why in WHY_NOT.items()]
         + ["images: a vision-language model (e.g. builtin:tiny-vl) trains with AgentVLMGRPOTrainer, a "

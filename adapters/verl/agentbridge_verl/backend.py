@@ -65,8 +65,14 @@ class VerlBackend(kit.Adapter):
     control_note = gpu_trainer = True
     config_header = f"# veRL {VERL_PIN} trainer config for this job (extends ppo_trainer); paths come from launch.sh\n"
 
+    # veRL pins an older transformers than agentbridge[hf]: agentbridge goes in without its extra. veRL builds its
+    # FSDP actor with flash_attention_2 but lists flash-attn only under its `fsdp` extra; it compiles against the
+    # installed torch, so it goes in after, without build isolation
+    environment = kit.EnvironmentRecipe(adapter="agentbridge-verl", core_extra=None, gpu=(f"verl[vllm]=={VERL_PIN}",),
+                                        gpu_post=(("--no-build-isolation", "flash-attn==2.8.3"),))
     capability_fields = dict(
         multimodal=True, tool_images=True, async_rollout=True, turn_credit=True, serves_reward_models=True,
+        verified_in_ci=True,
         scale_out="Ray cluster: ray job submit (trainer.nnodes x n_gpus_per_node), vLLM/SGLang rollout servers, "
                   "vLLM reward-model servers on a GPU pool of their own",
         notes=[*NOTES, "images: Qwen2-VL / Qwen2.5-VL / Qwen3-VL processors only (veRL binds no others)",

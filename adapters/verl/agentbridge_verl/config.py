@@ -25,7 +25,7 @@ from agentbridge_verl.algorithms import (
 BACKEND = "verl"
 AGENT_NAME = "agentbridge"
 CONFIG_NAME = "agentbridge_job"
-AGENT_LOOP_TARGET = "agentbridge_verl.agent_loop.AgentBridgeAgentLoop"
+AGENT_LOOP_TARGET = "agentbridge_verl.rollout.AgentBridgeAgentLoop"
 REWARD_FILE = "reward.py"
 REWARD_MODEL_ENGINE = "vllm"  # the driver scores through vLLM's /classify, the request veRL's reward loop sends
 AGENT_LOOP_FILE = "agent_loop.yaml"

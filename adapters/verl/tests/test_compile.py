@@ -53,7 +53,7 @@ def test_hydra_config_extends_ppo_trainer_with_the_mapped_settings(small_job: Jo
     assert config["data"]["train_batch_size"] == 2 and config["data"]["max_response_length"] == 256
     assert config["algorithm"]["adv_estimator"] == "grpo"  # grpo and dapo (the example's) both use it
     loops = yaml.safe_load((small_job.path / "agent_loop.yaml").read_text())
-    assert loops == [{"name": "agentbridge", "_target_": "agentbridge_verl.agent_loop.AgentBridgeAgentLoop"}]
+    assert loops == [{"name": "agentbridge", "_target_": "agentbridge_verl.rollout.AgentBridgeAgentLoop"}]
 
 
 def test_epochs_never_end_the_run_before_its_steps(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
-import agentbridge_verl.agent_loop as verl_loop
+import agentbridge_verl.rollout as verl_loop
 from agentbridge.conformance import run_suite
 from agentbridge.conformance.golden import cases
 from agentbridge.conformance.pytest_plugin import conformance_tests

@@ -122,10 +122,10 @@ def worker_config(job: Job) -> Any:
 def test_verl_serves_reward_models_and_agentbridge_backends_says_so() -> None:
     from click.testing import CliRunner
 
-    from agentbridge.backends import FIRST_PARTY_SERVING, known_capabilities
+    from agentbridge.backends import known_capabilities
     from agentbridge.cli import main
 
-    assert VerlBackend().capabilities().serves_reward_models and "verl" in FIRST_PARTY_SERVING
+    assert VerlBackend().capabilities().serves_reward_models
     assert known_capabilities()["verl"].serves_reward_models
     result = CliRunner().invoke(main, ["backends"], terminal_width=400)
     assert result.exit_code == 0, result.output

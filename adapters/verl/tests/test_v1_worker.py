@@ -122,7 +122,7 @@ def test_episodes_whose_server_fails_at_once_still_reach_the_sample(v1_step: dic
 def test_a_failing_agent_loop_fails_the_step_instead_of_hanging(monkeypatch: pytest.MonkeyPatch,
                                                                 v1_step: dict[str, Any]) -> None:
     """veRL only logs an agent loop's exception and refills the prompt group; the step stops with the error."""
-    from agentbridge_verl.agent_loop import AgentBridgeAgentLoop
+    from agentbridge_verl.rollout import AgentBridgeAgentLoop
 
     async def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the agent loop broke")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge import adapter as kit
-from agentbridge.adapter import Capabilities, Job, Problem, Report, write_jsonl
+from agentbridge.adapter import Job, Problem, Report, write_jsonl
 from agentbridge.spec import Spec, SpecError
 from agentbridge_mini import __version__
 
@@ -33,10 +33,11 @@ class MiniBackend(kit.Adapter):
     # the episode record fields its batches do not keep (the conformance suite fails on any other that is None)
     rollout_not_held = {"token_rewards": "a GRPO batch keeps one reward per episode, no per-token rewards"}
     config_file = "mini.json"
-
-    def capabilities(self) -> Capabilities:
-        return Capabilities(algorithms=sorted(self.algorithms), multimodal=False, cpu_training=False,
-                            notes=["collects batches only: no weight updates"])
+    # what it runs beside its algorithms (Capabilities' fields; the base's capabilities() returns them), and how
+    # `agentbridge backends setup mini` builds its environment: the package has no extras, its dependencies bring
+    # everything it runs
+    capability_fields = {"notes": ["collects batches only: no weight updates"]}
+    environment = kit.EnvironmentRecipe(adapter="agentbridge-mini", extra=None)
 
     def options(self, spec: Spec) -> dict[str, Any]:
         """The backend options of ``spec`` that apply here (another backend's options are not ours)."""
