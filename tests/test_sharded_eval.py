@@ -5,10 +5,12 @@ its own that loads the model as a GPU's shard would)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from agentbridge.plugins import PLUGINS_ENV, enable_plugin, get_plugins
 from agentbridge.spec import dump_spec, load_spec
 from agentbridge.training.evaluate import EvalResult
 from agentbridge.training.phases import main
@@ -54,7 +56,15 @@ def test_finish_on_two_shards_scores_every_task_as_on_one(tmp_path: Path, monkey
     plugin.mkdir()
     (plugin / "shardtest_parity.py").write_text(PARITY)
     monkeypatch.syspath_prepend(str(plugin))  # the shard's process (spawned) gets this process's sys.path
-    monkeypatch.setenv("AGENTBRIDGE_PLUGINS", "shardtest_parity")
+    monkeypatch.setenv(PLUGINS_ENV, os.environ.get(PLUGINS_ENV, ""))  # restored after the test
+    enable_plugin("shardtest_parity")  # here (the process-wide manager may be built already) and in the shard's process
+    try:
+        compare_shards(tmp_path, monkeypatch, capsys)
+    finally:
+        get_plugins().unregister("shardtest_parity")
+
+
+def compare_shards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from agentbridge.models import load_model, load_tokenizer
 
     spec = load_spec("examples/calculator.yaml", SETS)
