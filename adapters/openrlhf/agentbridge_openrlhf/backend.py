@@ -233,8 +233,15 @@ class OpenRLHFBackend(kit.Adapter):
                          f"stops when its {prompts} prompts are used up, so the job runs about "
                          f"{spec.algorithm.steps} x (the share of groups kept) steps, not {spec.algorithm.steps}; "
                          "more data (data.train.size) or more passes (train.num_episodes) give it more")
+        passes = None
+        samples, episodes = int(values["data.max_samples"]), int(values["train.num_episodes"])
+        train_size, algo = int(draft.facts["train_size"]), spec.algorithm
+        if samples < min(train_size, algo.steps * algo.batch_size):  # exact steps cost prompts: say how many
+            passes = (f"algorithm.steps: OpenRLHF makes whole passes over its prompts, so {algo.steps} steps of "
+                      f"{algo.batch_size} prompts run as {episodes} passes over {samples} of the {train_size} training "
+                      "tasks; a step count with more divisors uses more of them")
         draft.facts["not_run"] = [warm] if warm else []
-        return [n for n in (warm, late, filtering) if n]
+        return [n for n in (warm, late, filtering, passes) if n]
 
     def launch_lines(self, draft: kit.Draft) -> list[str]:
         return _launch_lines(draft.spec, draft.facts["argv"])

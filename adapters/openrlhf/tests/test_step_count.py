@@ -30,3 +30,16 @@ def test_the_job_runs_the_specs_steps(tmp_path: Path, example: str, sets: list[s
     spec = load_spec(example, ["backend.name=openrlhf", "data.eval.size=4", *sets])
     job = OpenRLHFBackend().compile(spec, tmp_path / "job")
     assert openrlhf_steps(job.path) == (spec.algorithm.steps, prompts)
+
+
+def test_a_plan_that_leaves_tasks_out_says_so(tmp_path: Path) -> None:
+    """7 steps of 2 prompts over 8 tasks: exact only as 7 passes over 2 prompts; the job says so in a note."""
+    job = OpenRLHFBackend().compile(load_spec("examples/calculator.yaml", [
+        "backend.name=openrlhf", "data.eval.size=4", "algorithm.steps=7", "algorithm.batch_size=2",
+        "data.train.size=8"]), tmp_path / "job")
+    assert openrlhf_steps(job.path) == (7, 2)
+    [note] = [n for n in job.manifest["notes"] if n.startswith("algorithm.steps:")]
+    assert "7 steps of 2 prompts run as 7 passes over 2 of the 8 training tasks" in note
+    whole = OpenRLHFBackend().compile(load_spec("examples/calculator.yaml", ["backend.name=openrlhf"]),
+                                      tmp_path / "whole")
+    assert not [n for n in whole.manifest["notes"] if n.startswith("algorithm.steps:")]
