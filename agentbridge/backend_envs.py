@@ -48,6 +48,16 @@ class EnvironmentRecipe:
     gpu_conflict: str = ""  # why no GPU environment can be resolved (empty: it can)
     source_only: str = ""  # why no recipe installs it and how to build its environment instead (empty: one does)
 
+    @classmethod
+    def from_checkout(cls, name: str, adapter: str, repo: str, commit: str, *, also: str = "") -> EnvironmentRecipe:
+        """A backend that is not on the package index (source only): no recipe installs it, and its one line says
+        how to build the environment from the adapter's ``cpu`` extra (``also``: what else to install) and a
+        checkout of ``repo`` at the verified ``commit``."""
+        short = name.lower()
+        return cls(adapter=adapter, extra="cpu", source_only=(
+            f"{name} is not on the package index; create an environment with {adapter}[cpu]{also} and put a checkout "
+            f"of {repo} (verified: {commit[:7]}) on PYTHONPATH, as adapters/{short}/README.md says"))
+
 
 def declared() -> dict[str, tuple[str, EnvironmentRecipe | None]]:
     """The installed backends' environment declarations: ``{backend: (module, recipe or None)}``, in the

@@ -72,11 +72,8 @@ class RollBackend(kit.Adapter):
     gpus_per_node = staticmethod(gpus_per_node)  # recorded in the manifest
 
     # ROLL is source only (PyPI `roll` is another project): no recipe installs it
-    environment = kit.EnvironmentRecipe(
-        adapter="agentbridge-roll", extra="cpu",
-        source_only=f"ROLL is not on the package index; create an environment with agentbridge-roll[cpu] (and "
-                    f"TransferQueue==0.1.6 --no-deps) and put a checkout of {ROLL_REPO} (verified: {ROLL_COMMIT[:7]}) "
-                    "on PYTHONPATH, as adapters/roll/README.md says")
+    environment = kit.EnvironmentRecipe.from_checkout("ROLL", "agentbridge-roll", ROLL_REPO, ROLL_COMMIT,
+                                                      also=" (and TransferQueue==0.1.6 --no-deps)")
     capability_fields = {
         "async_rollout": True,
         "scale_out": "Ray cluster: ray job submit (ROLL's workers on device_mapping GPUs; env managers in threads)",

@@ -67,11 +67,7 @@ class SlimeBackend(kit.Adapter):
     gpus_per_node = staticmethod(gpus_per_node)  # recorded in the manifest
 
     # slime is source only (PyPI `slime` is another project): no recipe installs it
-    environment = kit.EnvironmentRecipe(
-        adapter="agentbridge-slime", extra="cpu",
-        source_only=f"slime is not on the package index; create an environment with agentbridge-slime[cpu] and put "
-                    f"a checkout of {SLIME_REPO} (verified: {SLIME_COMMIT[:7]}) on PYTHONPATH, as "
-                    "adapters/slime/README.md says")
+    environment = kit.EnvironmentRecipe.from_checkout("slime", "agentbridge-slime", SLIME_REPO, SLIME_COMMIT)
     capability_fields = {
         "async_rollout": True, "scale_out": "Ray cluster: ray job submit (Megatron actors, SGLang engines behind "
                                             "slime's router)", "verified_upstream": f"{SLIME_REPO}@{SLIME_COMMIT}",
