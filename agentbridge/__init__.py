@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from agentbridge.env import Environment, Message, StepResult, Task, ToolCall, load_image, text_of, user
     from agentbridge.hooks import hookimpl
     from agentbridge.rewards import extract_answer, gold_answers, normalize_answer
-    from agentbridge.rollout.trajectory import Trajectory
     from agentbridge.tools import ToolEnvironment, ToolSpec, tool
+    from agentbridge.trajectory import Trajectory
 
 __version__ = "0.1.0"
 
@@ -49,7 +49,7 @@ _PUBLIC = {
     "user": "agentbridge.env",
     "text_of": "agentbridge.env",
     "load_image": "agentbridge.env",
-    "Trajectory": "agentbridge.rollout.trajectory",
+    "Trajectory": "agentbridge.trajectory",
     "extract_answer": "agentbridge.rewards",
     "normalize_answer": "agentbridge.rewards",
     "gold_answers": "agentbridge.rewards",

@@ -25,8 +25,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from agentbridge.backends import Backend
-    from agentbridge.rollout.trajectory import Trajectory
     from agentbridge.spec.schema import Spec
+    from agentbridge.trajectory import Trajectory
 
 PROJECT = "agentbridge"
 hookspec = pluggy.HookspecMarker(PROJECT)

@@ -27,7 +27,7 @@ from agentbridge.rewards import extract_answer, gold_answers
 
 if TYPE_CHECKING:
     from agentbridge.env import Task
-    from agentbridge.rollout.trajectory import Trajectory
+    from agentbridge.trajectory import Trajectory
 
 DEFAULT_RUBRIC = ("You grade answers. Compare the final answer with the reference answer. Reply with one line "
                   "'Score: N', where N is 10 when the answer means the same as the reference, 0 when it does not, "

@@ -34,7 +34,7 @@ from agentbridge.rewards import extract_answer, gold_answers
 
 if TYPE_CHECKING:
     from agentbridge.env import Task
-    from agentbridge.rollout.trajectory import Trajectory
+    from agentbridge.trajectory import Trajectory
 
 
 class RewardModelArgs(BaseModel):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentbridge.env import Task
-    from agentbridge.rollout.trajectory import Trajectory
+    from agentbridge.trajectory import Trajectory
 
 RewardFn = Callable[["Trajectory", "Task"], "float | dict[str, float] | Awaitable[float | dict[str, float]]"]
 

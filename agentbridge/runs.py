@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentbridge import __version__
-from agentbridge.rollout.trajectory import FINISH_REASONS, Trajectory
+from agentbridge.trajectory import FINISH_REASONS, Trajectory
 
 if TYPE_CHECKING:
     from pydantic import ValidationError

@@ -24,7 +24,7 @@ from typing_extensions import TypedDict  # pydantic reads typing's TypedDict onl
 from agentbridge.env import Message, StepResult, Task, ToolCall
 
 if TYPE_CHECKING:
-    from agentbridge.rollout.trajectory import Trajectory
+    from agentbridge.trajectory import Trajectory
 
 DEFAULT_WORKERS = 8  # threads per sync tool
 DEFAULT_MAX_FAILURE_RATE = 0.2  # a rollout above this share of failed tool calls is warned about

@@ -74,7 +74,7 @@ class ObservationRow(_Row):
 
 
 class TurnRow(_Row):
-    """One assistant turn of an episode row (:class:`agentbridge.rollout.trajectory.Turn`)."""
+    """One assistant turn of an episode row (:class:`agentbridge.trajectory.Turn`)."""
 
     text: str = ""
     tool_calls: list[dict[str, Any]] | None = None

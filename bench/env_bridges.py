@@ -152,7 +152,7 @@ def rg_round(cases: list[tuple[Any, Any, dict[str, Any], str]], r: int,
     seconds of every direct score, of every bridge step + reward, and of the bridge's env.step part of it."""
     from agentbridge.rollout.driver import assistant_action
     from agentbridge.rollout.parsers import HermesParser
-    from agentbridge.rollout.trajectory import Trajectory, Turn
+    from agentbridge.trajectory import Trajectory, Turn
     from agentbridge_reasoning_gym.env import AnswerEnv, verified_score
 
     parser = HermesParser()

@@ -28,8 +28,8 @@ from agentbridge.models import load_tokenizer
 from agentbridge.rewards import answer_format
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.parsers import HermesParser
-from agentbridge.rollout.trajectory import Trajectory, Turn
 from agentbridge.spec import load_spec
+from agentbridge.trajectory import Trajectory, Turn
 from agentbridge_math.env import CalculatorEnv, exact_number
 from agentbridge_math.tasks import eval_int
 from agentbridge_openrlhf.rollout import AgentbridgeExecutor

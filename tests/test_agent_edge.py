@@ -15,7 +15,7 @@ from agentbridge.models import images_only_processor, is_vlm
 from agentbridge.rollout.agent_edge import component_values, fit_limits, prompt_messages, reward_components
 from agentbridge.rollout.renderer import Renderer
 from agentbridge.rollout.training import episode_sample, task_prompt_ids
-from agentbridge.rollout.trajectory import Limits, Trajectory
+from agentbridge.trajectory import Limits, Trajectory
 
 SPEC = Limits(max_turns=4, max_prompt_tokens=512, max_response_tokens=256, max_tokens_per_turn=48)
 

@@ -121,7 +121,7 @@ def test_pytest_plugin_fails_every_case_when_the_suite_fails_outside_a_case() ->
 
 def test_empty_episode_fallback_is_one_masked_eos() -> None:
     from agentbridge.rollout.training import training_sequence
-    from agentbridge.rollout.trajectory import Trajectory
+    from agentbridge.trajectory import Trajectory
 
     seq = training_sequence(Trajectory(task_id="t", prompt_ids=[], finish_reason="error"), 9, [1, 2])
     assert (seq.prompt_ids, seq.response_ids, seq.response_mask, seq.logprobs) == ([1, 2], [9], [0], [0.0])

@@ -11,8 +11,8 @@ import pytest
 from agentbridge.env import Task
 from agentbridge.rewards import RewardSet, WeightedReward, exact_answer
 from agentbridge.rollout import Limits, Renderer, ScriptedPolicy, TemplateError, run_episode, run_episodes
-from agentbridge.rollout.trajectory import Generation, SamplingParams
 from agentbridge.tools import ToolEnvironment, tool
+from agentbridge.trajectory import Generation, SamplingParams
 
 
 @tool

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from agentbridge.rollout.agent_edge import ErrorRateGuard, TooManyErrors
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import load_spec
 from agentbridge.training.logger import RunLogger
+from agentbridge.trajectory import Trajectory
 
 
 def episode(failed: bool) -> Trajectory:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agentbridge.rollout.hf_policy import HFPolicy
-from agentbridge.rollout.trajectory import SamplingParams
+from agentbridge.trajectory import SamplingParams
 
 
 @pytest.fixture(scope="module")

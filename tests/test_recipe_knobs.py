@@ -13,9 +13,9 @@ import yaml
 from agentbridge.adapter import Adapter
 from agentbridge.rollout.agent_edge import reward_components
 from agentbridge.rollout.training import episode_sample, shape_reward
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import Spec, SpecError, parse_spec
 from agentbridge.spec.recipe import OVERLONG, kl_setting, overlong_penalty, recipe_key
+from agentbridge.trajectory import Trajectory
 
 
 def _spec(**algorithm: Any) -> Spec:

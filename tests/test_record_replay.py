@@ -24,8 +24,8 @@ from agentbridge.conformance.suite import golden_spec
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
 from agentbridge.rollout.recording import Recording, RecordingWriter
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import SpecError, load_spec, spec_hash
+from agentbridge.trajectory import Trajectory
 
 CALCULATOR = "examples/calculator.yaml"
 TIMINGS = ("generate_s", "env_s")

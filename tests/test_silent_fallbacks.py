@@ -19,9 +19,9 @@ from agentbridge.plugins import Plugins
 from agentbridge.rewards import answer_format
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import load_spec
 from agentbridge.tools import ToolEnvironment, tool
+from agentbridge.trajectory import Trajectory
 
 PLUGIN = textwrap.dedent('''
     """Registers an environment with tools but no scripted expert."""
@@ -71,7 +71,7 @@ def test_expert_without_next_action_fails_the_episode(tiny_tokenizer: Any) -> No
     """An expert that returns None has no next turn: the episode ends with an error, not an empty answer."""
     from agentbridge.rollout.driver import run_episode
     from agentbridge.rollout.renderer import Renderer
-    from agentbridge.rollout.trajectory import Limits
+    from agentbridge.trajectory import Limits
 
     class LostExpert(ToolEnvironment):
         def expert_action(self) -> str | None:
@@ -124,7 +124,7 @@ def test_rollout_scripted_refuses_env_without_expert(tmp_path: Path) -> None:
 
 
 def _traj(text: str, finish: str = "done") -> Trajectory:
-    from agentbridge.rollout.trajectory import Turn
+    from agentbridge.trajectory import Turn
 
     return Trajectory(task_id="t", prompt_ids=[], turns=[Turn(text=text)], finish_reason=finish)
 

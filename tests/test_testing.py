@@ -9,9 +9,9 @@ import pytest
 
 from agentbridge.env import Message, StepResult, Task, text_of
 from agentbridge.rewards import extract_answer
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.testing import EnvironmentCheckError, check_environment, environment_problems
 from agentbridge.tools import ToolEnvironment, tool
+from agentbridge.trajectory import Trajectory
 
 
 @tool

@@ -17,7 +17,6 @@ from agentbridge.backend_envs import no_environment, where_looked
 from agentbridge.env import Task
 from agentbridge.rewards import RewardSet, WeightedReward, reward_errors
 from agentbridge.rollout.driver import _score
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import load_spec
 from agentbridge.training.guards import (
     NoTrainingSteps,
@@ -27,6 +26,7 @@ from agentbridge.training.guards import (
     zero_steps_problem,
 )
 from agentbridge.training.logger import RunLogger
+from agentbridge.trajectory import Trajectory
 
 CALC = "examples/calculator.yaml"
 TRL = Path(__file__).resolve().parents[1] / "adapters" / "trl"

@@ -97,7 +97,7 @@ def test_text_only_rendering_is_unchanged(vl_tokenizer: Any) -> None:
 
 def test_vlm_policy_generates_with_images(vl_tokenizer: Any) -> None:
     from agentbridge.rollout.hf_vlm_policy import HFVLMPolicy
-    from agentbridge.rollout.trajectory import SamplingParams
+    from agentbridge.trajectory import SamplingParams
 
     policy = HFVLMPolicy.from_pretrained("builtin:tiny-vl", seed=0)
     renderer = Renderer(vl_tokenizer)

@@ -15,9 +15,9 @@ from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.agent_edge import ErrorRateGuard, fit_limits
 from agentbridge.rollout.training import TrainingSequence, episode_metrics, episode_sample, shape_reward
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.runs import record_episode
 from agentbridge.spec import Spec
+from agentbridge.trajectory import Trajectory
 
 
 @dataclass

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         token_rewards,
         training_sequence,
     )
-    from agentbridge.rollout.trajectory import FINISH_REASONS, Generation, Limits, SamplingParams, Trajectory
+    from agentbridge.trajectory import FINISH_REASONS, Generation, Limits, SamplingParams, Trajectory
 
 # name -> the core module that defines it
 _CORE = {
@@ -64,11 +64,11 @@ _CORE = {
     "task_prompt_ids": "agentbridge.rollout.training",
     "token_rewards": "agentbridge.rollout.training",
     "training_sequence": "agentbridge.rollout.training",
-    "FINISH_REASONS": "agentbridge.rollout.trajectory",
-    "Generation": "agentbridge.rollout.trajectory",
-    "Limits": "agentbridge.rollout.trajectory",
-    "SamplingParams": "agentbridge.rollout.trajectory",
-    "Trajectory": "agentbridge.rollout.trajectory",
+    "FINISH_REASONS": "agentbridge.trajectory",
+    "Generation": "agentbridge.trajectory",
+    "Limits": "agentbridge.trajectory",
+    "SamplingParams": "agentbridge.trajectory",
+    "Trajectory": "agentbridge.trajectory",
 }
 
 __all__ = [

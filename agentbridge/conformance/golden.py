@@ -35,8 +35,8 @@ from typing import Any
 from agentbridge.env import Message, Task
 from agentbridge.hooks import hookimpl
 from agentbridge.plugins import enable_plugin
-from agentbridge.rollout.trajectory import Generation, SamplingParams
 from agentbridge.tools import ToolEnvironment
+from agentbridge.trajectory import Generation, SamplingParams
 
 TEXT, VLM, LENGTHS, CREDIT = "text", "vlm", "lengths", "credit"
 KINDS = (TEXT, VLM, LENGTHS, CREDIT)

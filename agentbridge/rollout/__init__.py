@@ -4,7 +4,7 @@ from agentbridge.rollout.driver import run_episode, run_episodes
 from agentbridge.rollout.parsers import HermesParser, ParsedAction
 from agentbridge.rollout.policy import Policy, ScriptedPolicy
 from agentbridge.rollout.renderer import Renderer, TemplateError
-from agentbridge.rollout.trajectory import Generation, Limits, SamplingParams, Trajectory, Turn
+from agentbridge.trajectory import Generation, Limits, SamplingParams, Trajectory, Turn
 
 __all__ = ["Generation", "HermesParser", "Limits", "ParsedAction", "Policy", "Renderer", "SamplingParams",
            "ScriptedPolicy", "TemplateError", "Trajectory", "Turn", "run_episode", "run_episodes"]

@@ -26,8 +26,8 @@ from agentbridge.rollout.recording import (
     replay_reward,
 )
 from agentbridge.rollout.renderer import Renderer
-from agentbridge.rollout.trajectory import Limits, SamplingParams, Trajectory
 from agentbridge.spec.schema import DatasetSpec, Spec
+from agentbridge.trajectory import Limits, SamplingParams, Trajectory
 
 
 def check_ids(spec: Spec, plugins: Plugins | None = None) -> list[str]:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from agentbridge.env import Message
 from agentbridge.rewards import PROCESS
-from agentbridge.rollout.trajectory import Limits, Trajectory
 from agentbridge.spec.recipe import OVERLONG
+from agentbridge.trajectory import Limits, Trajectory
 
 if TYPE_CHECKING:
     from agentbridge.spec.schema import Spec

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from agentbridge.rollout.trajectory import Generation, SamplingParams
+from agentbridge.trajectory import Generation, SamplingParams
 
 
 @dataclass(eq=False)

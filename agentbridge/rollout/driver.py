@@ -14,7 +14,7 @@ from agentbridge.rollout.agent_edge import prompt_messages
 from agentbridge.rollout.parsers import HermesParser, ParsedAction, ToolCallParser
 from agentbridge.rollout.policy import Policy
 from agentbridge.rollout.renderer import Renderer
-from agentbridge.rollout.trajectory import Limits, SamplingParams, Trajectory, Turn
+from agentbridge.trajectory import Limits, SamplingParams, Trajectory, Turn
 
 
 def assistant_action(text: str, parser: ToolCallParser) -> tuple[Message, ParsedAction]:

@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from agentbridge.rollout.batching import BatchingPolicy, cut_at_eos
-from agentbridge.rollout.trajectory import Generation, SamplingParams
+from agentbridge.trajectory import Generation, SamplingParams
 
 
 class HFPolicy(BatchingPolicy):

@@ -12,7 +12,7 @@ from typing import Any
 from agentbridge.rollout.batching import cut_at_eos
 from agentbridge.rollout.hf_policy import HFPolicy
 from agentbridge.rollout.renderer import image_token_id_of
-from agentbridge.rollout.trajectory import Generation, SamplingParams
+from agentbridge.trajectory import Generation, SamplingParams
 
 
 class HFVLMPolicy(HFPolicy):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from agentbridge.rollout.trajectory import Generation, SamplingParams
 from agentbridge.tools import ToolEnvironment
+from agentbridge.trajectory import Generation, SamplingParams
 
 
 @runtime_checkable

@@ -33,7 +33,7 @@ from typing import Any
 
 from agentbridge.env import Environment, Message, StepResult, Task, image_to_data_uri
 from agentbridge.rewards import RewardFn
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge.trajectory import Trajectory
 
 Action = dict[str, Any]  # {"content": ..., "tool_calls": [...]}: what of an assistant message keys its step
 IMAGE = "__image__"  # an image inside a recorded message: {"__image__": "data:image/png;base64,..."}

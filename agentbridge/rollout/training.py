@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentbridge.rollout.agent_edge import prompt_messages
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec.recipe import OVERLONG, overlong_penalty
+from agentbridge.trajectory import Trajectory
 
 # the per-episode metrics every backend logs, the same keys on every sample (0 where an episode has none: an
 # episode that failed before its first step has no tool metrics, one that errored is not scored)

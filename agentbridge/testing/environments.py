@@ -25,7 +25,7 @@ from agentbridge.env import Environment, Message, StepResult, Task, ToolCall, te
 from agentbridge.rewards import RewardFn
 from agentbridge.rollout.driver import assistant_action
 from agentbridge.rollout.parsers import HermesParser, ToolCallParser
-from agentbridge.rollout.trajectory import Trajectory, Turn
+from agentbridge.trajectory import Trajectory, Turn
 
 ROLES = ("system", "user", "assistant", "tool")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style function calling accepts

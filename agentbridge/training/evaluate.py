@@ -9,8 +9,8 @@ from typing import Any
 
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
-from agentbridge.rollout.trajectory import FINISH_REASONS
 from agentbridge.training.stats import wilson_interval
+from agentbridge.trajectory import FINISH_REASONS
 
 
 @dataclass

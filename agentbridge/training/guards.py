@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentbridge.rewards import PROCESS, reward_errors
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge.trajectory import Trajectory
 
 
 class NoTrainingSteps(ValueError):

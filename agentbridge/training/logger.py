@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from agentbridge.rollout.agent_edge import ErrorRateGuard
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.runs import append_jsonl, batch_metrics
 from agentbridge.training.guards import RewardFailureGuard
+from agentbridge.trajectory import Trajectory
 
 EPISODES_WITH_TOKENS_PER_STEP = 2  # full token-level trajectories kept per step in episodes.jsonl
 

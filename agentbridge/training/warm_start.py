@@ -23,9 +23,9 @@ from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.hf_policy import cache_kwarg, output_cache
 from agentbridge.rollout.policy import ScriptedPolicy
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec.schema import WarmStartSpec
 from agentbridge.training.evaluate import EvalResult
+from agentbridge.trajectory import Trajectory
 
 Row = dict[str, Any]   # input_ids, labels (lists of ints) and, for episodes with images, images (uint8 HxWx3 tensors)
 

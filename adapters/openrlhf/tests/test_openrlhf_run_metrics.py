@@ -15,9 +15,9 @@ import pytest
 from agentbridge.hooks import hookimpl
 from agentbridge.plugins import get_plugins
 from agentbridge.rollout.training import EPISODE_METRICS
-from agentbridge.rollout.trajectory import FINISH_REASONS
 from agentbridge.runs import manifest
 from agentbridge.spec import load_spec
+from agentbridge.trajectory import FINISH_REASONS
 from agentbridge_openrlhf.backend import OpenRLHFBackend
 from agentbridge_openrlhf.run_metrics import NORMALIZED, SOURCE, TRACKER_DIR, convert, main
 

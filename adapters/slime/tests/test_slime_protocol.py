@@ -20,7 +20,7 @@ from agentbridge.conformance.golden import BACKEND_LENGTHS, LENGTHS, cases
 from agentbridge.conformance.records import EpisodeRecord, compare
 from agentbridge.conformance.suite import golden_spec, reference_records
 from agentbridge.rollout.training import TrainingSequence, episode_sample
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge.trajectory import Trajectory
 from agentbridge_slime.backend import SlimeBackend
 from agentbridge_slime.protocol import (
     EngineAborted,

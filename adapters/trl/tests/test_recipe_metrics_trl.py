@@ -16,10 +16,10 @@ from agentbridge.compare.semantics import (
     overlong_words,
     shared,
 )
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.runs import IS_METRIC_NAMES
 from agentbridge.spec import load_spec
 from agentbridge.training.logger import RunLogger
+from agentbridge.trajectory import Trajectory
 from agentbridge_trl.backend import TrlBackend
 from agentbridge_trl.trainer import NORMALIZED
 from agentbridge_trl.validate import validate_job

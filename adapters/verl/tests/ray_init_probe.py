@@ -33,8 +33,8 @@ def _seen(label: str, file_logger: bool = False) -> dict[str, Any]:
 
     import ray
 
-    from agentbridge.rollout.trajectory import Trajectory
     from agentbridge.runs import record_episode
+    from agentbridge.trajectory import Trajectory
 
     record_episode(Trajectory(task_id=label, prompt_ids=[1, 2], response_ids=[3], response_mask=[1]), "verl")
     if file_logger:

@@ -15,7 +15,7 @@ import torch
 from agentbridge.env import Task
 from agentbridge.hooks import hookimpl
 from agentbridge.plugins import get_plugins
-from agentbridge.rollout.trajectory import Trajectory
+from agentbridge.trajectory import Trajectory
 from agentbridge_verl.inprocess import (  # noqa: F401 - re-exported for the tests
     compose_worker_config,
     generate,

@@ -12,9 +12,9 @@ from agentbridge.plugins import Plugins
 from agentbridge.rewards import answer_format
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
-from agentbridge.rollout.trajectory import Trajectory, Turn
 from agentbridge.spec import load_spec
 from agentbridge.testing import check_environment
+from agentbridge.trajectory import Trajectory, Turn
 from agentbridge_wordplay import plugin
 from agentbridge_wordplay.env import ReverseEnv
 from agentbridge_wordplay.rewards import exact_reverse

@@ -20,9 +20,9 @@ from agentbridge.plugins import get_plugins
 from agentbridge.rewards import PROCESS
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import load_spec
 from agentbridge.testing import check_environment, short_training_run
+from agentbridge.trajectory import Trajectory
 from agentbridge_gem.client import GemError, gem_python, pool
 from agentbridge_gem.env import GemEnvironment, final_reward, success
 from agentbridge_gem.tasks import gem_episodes

@@ -227,7 +227,7 @@ def test_a_task_without_an_expert_is_a_clear_error_for_the_scripted_policy() -> 
 def test_the_grounding_reward_scores_clicks_by_the_target_elements_box(pool: BrowserPool) -> None:
     """A coordinate click counts as grounded when it lands inside the box of the element the task's expert would
     act on (from the DOM): a miss beside the target, then the expert's own click at its centre, scores 1/2."""
-    from agentbridge.rollout.trajectory import Trajectory
+    from agentbridge.trajectory import Trajectory
     from agentbridge_gui.env import grounding_reward
     from agentbridge_gui.expert import next_action
 

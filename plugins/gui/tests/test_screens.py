@@ -13,8 +13,8 @@ from agentbridge.models import load_tokenizer
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.driver import run_episode
 from agentbridge.rollout.policy import ScriptedPolicy
-from agentbridge.rollout.trajectory import Generation, SamplingParams
 from agentbridge.spec import load_spec
+from agentbridge.trajectory import Generation, SamplingParams
 from agentbridge_gui import page
 from agentbridge_gui.browser import BrowserPool
 from agentbridge_gui.env import MiniWoBEnv

@@ -9,8 +9,8 @@ import pytest
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
-from agentbridge.rollout.trajectory import Trajectory, Turn
 from agentbridge.spec import load_spec
+from agentbridge.trajectory import Trajectory, Turn
 from agentbridge_math.calculator import evaluate
 from agentbridge_math.env import CalculatorEnv, answers_in_head, exact_number
 from agentbridge_math.tasks import arithmetic_tasks

@@ -25,9 +25,9 @@ from agentbridge.env import Task
 from agentbridge.rewards import PROCESS
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import load_spec
 from agentbridge.testing import check_environment, short_training_run
+from agentbridge.trajectory import Trajectory
 from agentbridge_openenv.data import openenv_seeds
 from agentbridge_openenv.env import OpenEnvEnvironment, render, success
 from agentbridge_openenv.protocol import OpenEnvError

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from agentbridge.cli import main
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
-from agentbridge.rollout.trajectory import Trajectory, Turn
 from agentbridge.spec import SpecError, load_spec
 from agentbridge.testing import short_training_run
+from agentbridge.trajectory import Trajectory, Turn
 from agentbridge_reasoning_gym.env import verified_score
 from agentbridge_reasoning_gym.tasks import rg_tasks, split_of
 

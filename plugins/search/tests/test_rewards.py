@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentbridge.env import Task
-from agentbridge.rollout.trajectory import Trajectory, Turn
+from agentbridge.trajectory import Trajectory, Turn
 from agentbridge_search.rewards import answer_format, exact_match, f1_score, support_recall, token_f1
 
 TASK = Task("t", "q", {"answer": ["Euro", "EUR"], "support": ["geo-country-FR", "geo-currency-FR"]})

@@ -20,9 +20,9 @@ from agentbridge.cli import main
 from agentbridge.env import Task
 from agentbridge.rollout.agent import Agent
 from agentbridge.rollout.policy import ScriptedPolicy
-from agentbridge.rollout.trajectory import Trajectory
 from agentbridge.spec import load_spec
 from agentbridge.testing import check_environment, short_training_run
+from agentbridge.trajectory import Trajectory
 from agentbridge_verifiers.client import Connection, VerifiersError, server_url, verifiers_python
 from agentbridge_verifiers.data import verifiers_capacity, verifiers_tasks
 from agentbridge_verifiers.env import VerifiersEnvironment, hermes, to_message, to_wire
