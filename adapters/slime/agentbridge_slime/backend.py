@@ -176,7 +176,7 @@ class SlimeBackend(kit.Adapter):
             "--actor-num-gpus-per-node in slime_job.yaml",
             "# what slime's own launcher gives its job (slime/utils/external_utils/command_utils.py): NCCL's NVLink",
             "# SHARP when this node's GPUs have NVLink, no proxy for the local addresses, Ray without uvloop",
-            "NVLINKS=$( (nvidia-smi topo -m 2>/dev/null || true) | grep -o 'NV[0-9][0-9]*' | wc -l)",
+            "NVLINKS=$( (nvidia-smi topo -m 2>/dev/null || true) | { grep -o 'NV[0-9][0-9]*' || true; } | wc -l)",
             'if [ "$NVLINKS" -gt 0 ]; then HAS_NVLINK=1; else HAS_NVLINK=0; fi',
         ], {"PYTHONPATH": "$SLIME_DIR${MEGATRON_DIR:+:$MEGATRON_DIR}", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
             "NCCL_NVLS_ENABLE": "$HAS_NVLINK", "RAY_USE_UVLOOP": "0",
