@@ -218,9 +218,10 @@ def spec_chat_template_hash(spec: Any) -> str | None:
             from agentbridge.rollout.agent import load_chat_template
 
             return text_hash(load_chat_template(spec.model.chat_template))
-        from agentbridge.models import load_tokenizer
+        from agentbridge.models import load_tokenizer, saved_chat_template
 
-        template = load_tokenizer(spec.model.path).chat_template
+        # the model's files first: loading its tokenizer imports transformers (seconds, at every compile)
+        template = saved_chat_template(spec.model.path) or load_tokenizer(spec.model.path).chat_template
     except Exception:  # noqa: BLE001 - a manifest field, never a failure
         return None
     return text_hash(template) if isinstance(template, str) else None

@@ -263,3 +263,28 @@ def test_a_bf16_checkpoint_trains_in_float32(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["dtype"] == "bfloat16"
     loaded = models.load_model(str(tmp_path / "bf16"))
     assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+
+
+@pytest.mark.parametrize("name", ["builtin:tiny", "builtin:tiny-qwen2.5", "builtin:tiny-vl", "builtin:tiny-rm"])
+def test_the_saved_chat_template_is_the_tokenizers(name: str, tmp_path: Path) -> None:
+    """What compile hashes without transformers is what AutoTokenizer gives, for every builtin and for a model that
+    keeps its template in tokenizer_config.json; several named templates are left to the tokenizer (None)."""
+    from transformers import AutoTokenizer
+
+    from agentbridge.models import saved_chat_template
+
+    template = saved_chat_template(name)
+    assert template and template == load_tokenizer(name).chat_template
+    local = tmp_path / "model"
+    AutoTokenizer.from_pretrained(resolve_model_path(name)).save_pretrained(local)
+    (local / "config.json").write_text("{}")
+    assert saved_chat_template(str(local)) == template  # chat_template.jinja, as transformers saves it
+    (local / "chat_template.jinja").unlink()
+    config = json.loads((local / "tokenizer_config.json").read_text())
+    (local / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": "{{ messages }}"}))
+    assert saved_chat_template(str(local)) == "{{ messages }}" == AutoTokenizer.from_pretrained(local).chat_template
+    (local / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": [
+        {"name": "default", "template": "{{ messages }}"}, {"name": "tool_use", "template": "{{ tools }}"}]}))
+    assert saved_chat_template(str(local)) is None and isinstance(AutoTokenizer.from_pretrained(local).chat_template,
+                                                                    dict)
+    assert saved_chat_template(str(tmp_path / "absent")) is None

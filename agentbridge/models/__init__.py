@@ -23,11 +23,13 @@ from agentbridge.models.hf import (
     load_model,
     load_tokenizer,
     resolve_model_path,
+    saved_chat_template,
 )
 
 __all__ = [
     "BUILTIN_MODELS", "RECIPE_VERSION", "TINY_SPECIALS", "TINY_VL_MAX_PIXELS", "TINY_VL_MIN_PIXELS", "VISION_SPECIALS",
     "VLM_BUILTINS", "ModelError", "builtin_dir", "builtin_key", "cache_dir", "cache_entries_used", "cache_key",
     "chat_template", "images_only_processor", "is_hub_id", "is_vlm", "load_image_processor", "load_model",
-    "load_tokenizer", "mark_built", "no_cache_token", "resolve_model_path", "use_cache_entry",
+    "load_tokenizer", "mark_built", "no_cache_token", "resolve_model_path", "saved_chat_template",
+    "use_cache_entry",
 ]

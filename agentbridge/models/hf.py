@@ -150,6 +150,25 @@ def load_model(path: str, seed: int = 0) -> Any:
     return model
 
 
+def saved_chat_template(path: str) -> str | None:
+    """The chat template ``AutoTokenizer`` would give a local model (builtins included), read from its files without
+    importing transformers: ``chat_template.jinja``, else ``tokenizer_config.json``'s ``chat_template`` string.
+    None when the files do not settle it (not local, several named templates, none saved): load the tokenizer then."""
+    try:
+        local = resolve_model_path(path)
+    except ModelError:
+        return None
+    if (local / "additional_chat_templates").is_dir():
+        return None
+    if (local / "chat_template.jinja").is_file():
+        return (local / "chat_template.jinja").read_text(encoding="utf-8")
+    try:
+        template = json.loads((local / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, ValueError):
+        return None
+    return template if isinstance(template, str) else None
+
+
 def load_tokenizer(path: str) -> Any:
     """``AutoTokenizer`` for a builtin name or local model directory."""
     from transformers import AutoTokenizer
