@@ -40,6 +40,11 @@ def test_warm_start_target_needs_dev_and_control_needs_eval() -> None:
         load_spec("examples/calculator.yaml", ["data.dev=null"])
     with pytest.raises(SpecError, match="needs data.eval"):
         load_spec("examples/calculator.yaml", ["data.eval=null"])
+    with pytest.raises(SpecError, match="control_steps needs algorithm.warm_start.control: true"):
+        load_spec("examples/calculator.yaml", ["algorithm.warm_start.control=false",
+                                               "algorithm.warm_start.control_steps=5"])
+    ws = load_spec("examples/calculator.yaml", ["algorithm.warm_start.control_steps=5"]).algorithm.warm_start
+    assert ws is not None and ws.control_steps == 5
 
 
 def test_wrong_type_names_file_field_and_line(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from agentbridge.training.evaluate import EvalResult
 from agentbridge.training.experiment import load_evals, write_evals
 from agentbridge.training.report import verdicts, write_report
 from agentbridge.training.stats import mcnemar_exact, wilcoxon_paired, wilson_interval
-from agentbridge.training.warm_start import SFTRun, prefix_shared_loss, warm_start
+from agentbridge.training.warm_start import SFTRun, continue_sft, prefix_shared_loss, warm_start
 
 
 def test_wilson_interval_matches_the_closed_form() -> None:
@@ -114,6 +114,15 @@ def test_warm_start_stops_on_dev_target_or_caps() -> None:
     result = warm_start(SFTRun(_tiny_lm(), _rows(16), lr=1e-3, batch_size=4, pad_id=0),
                         WarmStartSpec(epochs=2, batch_size=4))
     assert (result.stopped, result.steps, result.dev) == ("max_steps", 8, [])
+
+
+def test_the_control_trains_its_step_budget_or_for_the_wall_time() -> None:
+    run = SFTRun(_tiny_lm(), _rows(16), lr=1e-3, batch_size=4, pad_id=0)
+    seen: list[int] = []
+    assert continue_sft(run, 3600.0, on_progress=lambda n, loss: seen.append(n), steps=3) == 3  # steps win over time
+    assert seen == [1, 2, 3] and run.step == 3
+    assert continue_sft(run, 0.0) == 0  # no RL time: no control steps
+    assert continue_sft(run, 0.5) >= 1
 
 
 def test_warm_start_group_floor_waits_for_every_task_group() -> None:

@@ -265,6 +265,8 @@ class WarmStartSpec(_Strict):
     max_minutes: Annotated[FiniteFloat, Field(gt=0, le=MAX_MINUTES)] | None = Field(None, description="Time cap")
     control: bool = Field(False, description="Also train an SFT-only control arm for RL's wall time and "
                                              "compare it with RL on the held-out tasks")
+    control_steps: Annotated[Int, Field(gt=0, le=MAX_STEPS)] | None = Field(
+        None, description="The control's budget in SFT steps instead of RL's wall time (the same on any machine)")
 
 
 class ClipSpec(_Strict):
@@ -510,6 +512,8 @@ class Spec(_Strict):
             raise ValueError("algorithm.warm_start.target needs data.dev: the tasks its dev success is measured on")
         if ws is not None and ws.control and self.data.eval is None:
             raise ValueError("algorithm.warm_start.control needs data.eval: the arms are compared on held-out tasks")
+        if ws is not None and ws.control_steps is not None and not ws.control:
+            raise ValueError("algorithm.warm_start.control_steps needs algorithm.warm_start.control: true")
         micro, algo = self.resources.micro_batch_size, self.algorithm
         gpus = max(1, self.resources.nodes * self.resources.gpus_per_node)
         share = algo.batch_size * algo.group_size // (algo.mini_batches or 1)

@@ -189,14 +189,19 @@ class Experiment:
         self.rl_seconds = earlier_s + time.perf_counter() - started
 
     def control(self) -> None:
-        """The SFT-only control: the warm start continued for RL's wall time, from the same weights."""
+        """The SFT-only control: the warm start continued from the same weights for RL's wall time, or for
+        ``control_steps`` SFT steps when the spec sets them."""
         if self.sft is None or self.snapshot is None:
             return
-        self.say(f"SFT-only control: {self.rl_seconds:.0f} s of more SFT from the warm start (RL's wall time)")
+        ws = self.agent.spec.algorithm.warm_start
+        budget = ws.control_steps if ws is not None else None
+        self.say(f"SFT-only control: {budget} more SFT steps from the warm start (algorithm.warm_start.control_steps)"
+                 if budget is not None else
+                 f"SFT-only control: {self.rl_seconds:.0f} s of more SFT from the warm start (RL's wall time)")
         self.sft.restore(self.snapshot)
-        update = self.progress("SFT control", None)
+        update = self.progress("SFT control", budget)
         steps = continue_sft(self.sft, self.rl_seconds,
-                             on_progress=lambda n, loss: update(n, f"loss {loss:.3f}", False))
+                             on_progress=lambda n, loss: update(n, f"loss {loss:.3f}", False), steps=budget)
         update(steps, f"loss {self.sft.loss:.3f}", True)
         warm = json.loads((self.run_dir / "warm_start.json").read_text())
         warm["control"] = {"steps": steps, "seconds": round(self.rl_seconds, 2), "loss": self.sft.loss}

@@ -305,10 +305,16 @@ def warm_start(run: SFTRun, ws: WarmStartSpec, *, dev: Callable[[], EvalResult] 
     return result
 
 
-def continue_sft(run: SFTRun, seconds: float, on_progress: Callable[[int, float], None] | None = None) -> int:
-    """More SFT for ``seconds`` of wall time (the control arm); returns the steps taken."""
+def continue_sft(run: SFTRun, seconds: float, on_progress: Callable[[int, float], None] | None = None,
+                 steps: int | None = None) -> int:
+    """More SFT (the control arm): ``steps`` steps when given, else for ``seconds`` of wall time; returns the steps
+    taken."""
     started, taken = time.perf_counter(), 0
-    while time.perf_counter() - started < seconds:
+
+    def more() -> bool:
+        return taken < steps if steps is not None else time.perf_counter() - started < seconds
+
+    while more():
         run.train_step()
         taken += 1
         if on_progress is not None:

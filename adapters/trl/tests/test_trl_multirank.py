@@ -22,9 +22,10 @@ from agentbridge.backends import compile_job, get_backend
 from agentbridge.spec import load_spec
 
 FAST = ["algorithm.group_size=4", "data.dev=null", "data.train.size=8", "agent.max_turns=1"]
-# 2 ranks: a short warm start (its weights go to the other rank), 2 GRPO steps, the SFT-only control
+# 2 ranks: a short warm start (its weights go to the other rank), 2 GRPO steps, the SFT-only control (2 steps)
 TWO = [*FAST, "algorithm.steps=2", "algorithm.batch_size=2", "data.eval.size=2", "algorithm.warm_start.demos=16",
-       "algorithm.warm_start.max_steps=2", "algorithm.warm_start.batch_size=8", "algorithm.warm_start.target=null"]
+       "algorithm.warm_start.max_steps=2", "algorithm.warm_start.batch_size=8", "algorithm.warm_start.target=null",
+       "algorithm.warm_start.control_steps=2"]
 # 4 ranks racing on the run directory (each rank is a process importing torch, transformers and TRL: four race as
 # eight do, at half the cost): one GRPO step of one prompt per rank, no warm start
 RACING = [*FAST, "algorithm.steps=1", "algorithm.batch_size=1", "data.eval.size=1", "algorithm.warm_start=null"]
