@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,6 +140,44 @@ def test_tiny_qwen25_matches_qwen_ids(tmp_path: Path, monkeypatch: pytest.Monkey
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path("builtin:tiny-qwen2.5"))
     assert model.config.vocab_size == 151665 and model.config.num_hidden_layers == 2
     assert model.config.eos_token_id == 151645 and model.config.pad_token_id == 151643
+
+
+@pytest.mark.skipif(_dashscope_vocab() is None, reason="needs `pip install --no-deps dashscope`")
+def test_declared_added_tokens_spare_a_parse_of_tokenizer_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builtin's tokenizer_config.json declares tokenizer.json's added tokens (``added_tokens_decoder``), so that
+    transformers reads the 151k-token tokenizer.json once less per load; without the declaration it loads the same
+    tokenizer."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    built = Path(resolve_model_path("builtin:tiny-qwen2.5"))
+    declared = json.loads((built / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    added = json.loads((built / "tokenizer.json").read_text())["added_tokens"]
+    assert {int(i): t for i, t in declared.items()} == {t["id"]: {k: v for k, v in t.items() if k != "id"}
+                                                        for t in added}
+    bare = tmp_path / "bare"
+    shutil.copytree(built, bare)
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    del config["added_tokens_decoder"]
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+
+    reads: list[str] = []
+    honest = json.load
+
+    def counted(f: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(Path(getattr(f, "name", "")).name)
+        return honest(f, *args, **kwargs)
+
+    monkeypatch.setattr(json, "load", counted)
+    tok = AutoTokenizer.from_pretrained(built)
+    once, reads[:] = reads.count("tokenizer.json"), []
+    plain = AutoTokenizer.from_pretrained(bare)
+    assert once < reads.count("tokenizer.json"), (once, reads)
+    text = "<|im_start|>user\n12+7 <tool_call>\n{\"name\": \"add\"}</tool_call> ü 你好<|im_end|>"
+    assert tok(text)["input_ids"] == plain(text)["input_ids"] and len(tok) == len(plain) == 151665
+    assert tok.added_tokens_decoder == plain.added_tokens_decoder and tok.all_special_ids == plain.all_special_ids
+    assert (tok.eos_token_id, tok.pad_token_id) == (plain.eos_token_id, plain.pad_token_id) == (151645, 151643)
 
 
 def test_missing_dashscope_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,6 +33,12 @@ def _result(backend: str, kind: str) -> SuiteResult:
     return run_suite(backend, (kind,))[0]
 
 
+def suite_result(backend: str, kind: str) -> SuiteResult:
+    """The suite's run of ``kind`` through ``backend`` that the plugin's tests share (run once per process): a
+    backend's own tests read its records from here instead of running the kind again."""
+    return _result(backend, kind)
+
+
 @cache
 def _note(backend: str, kind: str) -> None:
     for line in _result(backend, kind).notes:

@@ -193,6 +193,17 @@ def _build(name: str, out: Path) -> None:
     _save(name, out, tok, Qwen2ForCausalLM(config))
 
 
+def _declare_added_tokens(out: Path) -> None:
+    """Write ``tokenizer.json``'s added tokens into ``tokenizer_config.json`` as ``added_tokens_decoder`` (as the Hub's
+    Qwen2.5 files do). Without it transformers 5 parses the whole ``tokenizer.json`` once more on every load, only to
+    find them: for the 151k-token vocabulary a third to a half of each tokenizer load. The tokens are the same."""
+    config_path, tokenizer = out / "tokenizer_config.json", json.loads((out / "tokenizer.json").read_text("utf-8"))
+    config = json.loads(config_path.read_text("utf-8"))
+    config.setdefault("added_tokens_decoder", {
+        str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in tokenizer["added_tokens"]})
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def _save(name: str, out: Path, tok: Any, model: Any) -> None:
     from transformers import GenerationConfig
     from transformers.utils import logging as hf_logging
@@ -207,6 +218,7 @@ def _save(name: str, out: Path, tok: Any, model: Any) -> None:
         if bars:
             hf_logging.enable_progress_bar()
     tok.save_pretrained(out)
+    _declare_added_tokens(out)
     meta = {"name": name, "recipe_version": RECIPE_VERSION, "vocab_size": len(tok),
             "parameters": sum(p.numel() for p in model.parameters())}
     (out / "agentbridge.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

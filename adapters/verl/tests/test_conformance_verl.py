@@ -12,7 +12,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 import agentbridge_verl.rollout as verl_loop
 from agentbridge.conformance import run_suite
 from agentbridge.conformance.golden import cases
-from agentbridge.conformance.pytest_plugin import conformance_tests
+from agentbridge.conformance.pytest_plugin import conformance_tests, suite_result
 from agentbridge.conformance.suite import ConformanceError
 from agentbridge_verl.conformance import golden_records
 from agentbridge_verl.inprocess_v1 import WorkerTQ
@@ -130,15 +130,15 @@ def test_turn_credit_off_the_turn_ends_fails_per_case(monkeypatch: pytest.Monkey
     assert not any(" reward is " in line for line in result.problems)
 
 
-def test_turn_credit_reaches_verls_returns_turn_by_turn(tmp_path: Path) -> None:
+def test_turn_credit_reaches_verls_returns_turn_by_turn() -> None:
     """What the credit kind's rm_scores do in veRL's own math: REINFORCE++'s returns (``core_algos``, gamma 1) on
     each turn's tokens are what is still to be earned from that turn on, where one reward on the last token would
-    give every token the episode's total."""
+    give every token the episode's total. (The records are the plugin's credit run above, not a run of their own.)"""
     import torch
     from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo.core_algos import compute_reinforce_plus_plus_outcome_advantage
 
-    record = next(r for r in golden_records("credit", tmp_path) if r.case == "tools")
+    record = next(r for r in suite_result("verl", "credit").records if r.case == "tools" and not r.job)
     mask = torch.tensor([record.response_mask], dtype=torch.float32)
     _, returns = compute_reinforce_plus_plus_outcome_advantage(torch.tensor([record.token_rewards]), mask,
                                                                config=AlgoConfig(gamma=1.0))
