@@ -11,7 +11,9 @@ processor (agentbridge sends images only), still through veRL's own ``hf_process
 from __future__ import annotations
 
 import importlib.util
+import json
 import warnings
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -42,13 +44,34 @@ def image_only_processor(model: str) -> Any:
                                  load_image_processor(model))
 
 
+# the files that give a model directory a processor of its own, whatever its model type
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json")
+
+
+def text_only(model: str) -> bool:
+    """Whether ``AutoProcessor`` would answer the local model directory ``model`` with its tokenizer (which veRL's
+    ``hf_processor`` then drops): no processor files, no ``processor_class`` in its tokenizer config and a model type
+    with no processor. False for anything else (a hub id, a directory that might have a processor)."""
+    path = Path(model)
+    if not path.is_dir() or any((path / name).exists() for name in PROCESSOR_FILES):
+        return False
+    tokenizer_config = path / "tokenizer_config.json"
+    if tokenizer_config.is_file() and "processor_class" in json.loads(tokenizer_config.read_text("utf-8")):
+        return False
+    return processor_class(model) is None
+
+
 def verl_processor(model: str) -> tuple[Any, str | None]:
     """veRL's processor for ``model`` (``hf_processor``), and a note when it had to be built without torchvision.
 
-    Returns ``(None, None)`` for a text-only model and for a processor veRL does not bind.
+    Returns ``(None, None)`` for a text-only model and for a processor veRL does not bind. A text-only model directory
+    (:func:`text_only`) is answered without asking ``AutoProcessor``, which would load its whole tokenizer for veRL to
+    drop it.
     """
     from verl.utils.tokenizer import hf_processor
 
+    if text_only(model):
+        return None, None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         processor = hf_processor(model)

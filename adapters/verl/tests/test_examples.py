@@ -97,10 +97,16 @@ def test_vlm_job_without_multimodal_inputs_is_rejected(tmp_path: Path) -> None:
 
 
 def test_text_model_gets_no_image_checks(tmp_path: Path) -> None:
-    from agentbridge.models import resolve_model_path
-    from agentbridge_verl.processor import verl_processor
+    from verl.utils.tokenizer import hf_processor
 
-    assert verl_processor(str(resolve_model_path("builtin:tiny"))) == (None, None)
+    from agentbridge.models import resolve_model_path
+    from agentbridge_verl.processor import text_only, verl_processor
+
+    for name in ("builtin:tiny", "builtin:tiny-qwen2.5"):  # answered without loading a tokenizer for veRL to drop
+        assert text_only(str(resolve_model_path(name)))
+        assert verl_processor(str(resolve_model_path(name))) == (None, None)
+        assert hf_processor(str(resolve_model_path(name))) is None  # what veRL's own answer is
+    assert not text_only(str(resolve_model_path("builtin:tiny-vl"))) and not text_only("Qwen/Qwen2.5-0.5B")
     job = compile_example("examples/gui_text.yaml", tmp_path / "job", "backend.name=verl", "backend.options={}",
                           "backend.overrides.data.return_multi_modal_inputs=false")
     report: Any = VerlBackend().validate(job)
