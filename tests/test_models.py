@@ -305,17 +305,24 @@ def test_a_bf16_checkpoint_trains_in_float32(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["builtin:tiny", "builtin:tiny-qwen2.5", "builtin:tiny-vl", "builtin:tiny-rm"])
-def test_the_saved_chat_template_is_the_tokenizers(name: str, tmp_path: Path) -> None:
-    """What compile hashes without transformers is what AutoTokenizer gives, for every builtin and for a model that
-    keeps its template in tokenizer_config.json; several named templates are left to the tokenizer (None)."""
-    from transformers import AutoTokenizer
-
+def test_the_saved_chat_template_is_the_tokenizers(name: str) -> None:
+    """What compile hashes without transformers is what AutoTokenizer gives, for every builtin."""
     from agentbridge.models import saved_chat_template
 
     template = saved_chat_template(name)
     assert template and template == load_tokenizer(name).chat_template
+
+
+def test_the_saved_chat_template_of_a_saved_tokenizer(tmp_path: Path) -> None:
+    """A tokenizer as transformers saves it (chat_template.jinja), a model that keeps its template in
+    tokenizer_config.json, and several named templates, which are left to the tokenizer (None)."""
+    from transformers import AutoTokenizer
+
+    from agentbridge.models import saved_chat_template
+
+    template = saved_chat_template("builtin:tiny")
     local = tmp_path / "model"
-    AutoTokenizer.from_pretrained(resolve_model_path(name)).save_pretrained(local)
+    AutoTokenizer.from_pretrained(resolve_model_path("builtin:tiny")).save_pretrained(local)
     (local / "config.json").write_text("{}")
     assert saved_chat_template(str(local)) == template  # chat_template.jinja, as transformers saves it
     (local / "chat_template.jinja").unlink()
