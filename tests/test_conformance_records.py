@@ -123,7 +123,7 @@ def test_the_pytest_plugin_warns_each_note_once(monkeypatch: pytest.MonkeyPatch)
     from agentbridge.conformance import pytest_plugin
 
     note = "notes-backend: logprobs not held by the default job; not compared"
-    monkeypatch.setattr(pytest_plugin, "_result", lambda backend, kind: SuiteResult(backend, kind, notes=[note]))
+    monkeypatch.setattr(pytest_plugin, "suite_result", lambda backend, kind: SuiteResult(backend, kind, notes=[note]))
     test = pytest_plugin.conformance_tests("notes-backend", ("text",))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

@@ -29,19 +29,15 @@ class ConformanceNote(UserWarning):
 
 
 @cache
-def _result(backend: str, kind: str) -> SuiteResult:
-    return run_suite(backend, (kind,))[0]
-
-
 def suite_result(backend: str, kind: str) -> SuiteResult:
     """The suite's run of ``kind`` through ``backend`` that the plugin's tests share (run once per process): a
     backend's own tests read its records from here instead of running the kind again."""
-    return _result(backend, kind)
+    return run_suite(backend, (kind,))[0]
 
 
 @cache
 def _note(backend: str, kind: str) -> None:
-    for line in _result(backend, kind).notes:
+    for line in suite_result(backend, kind).notes:
         warnings.warn(ConformanceNote(f"{kind}: {line}"), stacklevel=2)
 
 
@@ -63,7 +59,7 @@ def conformance_tests(backend: str, kinds: tuple[str, ...] = KINDS) -> Callable[
 
     @pytest.mark.parametrize(("kind", "case"), params)
     def test(kind: str, case: str) -> None:
-        result = _result(backend, kind)
+        result = suite_result(backend, kind)
         if result.skipped:
             pytest.skip(result.skipped)
         _note(backend, kind)

@@ -40,8 +40,8 @@ def test_the_records_come_from_the_default_job_and_the_logprobs_from_the_token_j
         return rollouts
 
     monkeypatch.setattr(rollout_path, "run_rollouts", spy)
-    pytest_plugin._result.cache_clear()
-    result = pytest_plugin._result("openrlhf", "text")  # the plugin's own run, cached for its tests
+    pytest_plugin.suite_result.cache_clear()
+    result = pytest_plugin.suite_result("openrlhf", "text")  # the plugin's own run, cached for its tests
     assert result.ok, result.problems
     (jobs, (default, token)), = seen
     (default_launch, default_args), (token_launch, token_args) = jobs
