@@ -2,16 +2,25 @@
 # Install everything the tests need, then run lint and every test suite.
 #  - .venv: agentbridge, its plugins and the TRL adapter (TRL shares the main environment);
 #  - adapters/<name>/test.sh: an adapter whose backend pins conflict creates its own venv there.
-# Where the time goes is printed at the end ("[test] time: ..."), each phase in wall seconds; what runs side by side
-# is said below (two cores: installs and linters overlap, the backends' suites run beside the core's).
+# Where the time goes is printed at the end ("[test] time: ..."), each phase in wall seconds and the machine's busy CPU
+# seconds over it; what runs side by side is said below (two cores: installs and linters overlap, the backends'
+# suites run beside the core's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .agentbridge
-t0=$(date +%s)
 times=()
-took() { times+=("$1 $(( $(date +%s) - $2 ))s"); }
+# each phase's wall seconds and the whole machine's busy CPU seconds over them (/proc/stat, as bench/cpu_seconds.sh:
+# every process counts, Ray's workers included; phases that overlap share the machine, so their CPU overlaps too)
+busy() { if [ -r /proc/stat ]; then awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; else echo 0; fi; }
+mark() { echo "$(date +%s):$(busy)"; }
+took() {  # took LABEL MARK
+  local cpu=""
+  [ -r /proc/stat ] && cpu=" (machine $(( ($(busy) - ${2##*:}) / $(getconf CLK_TCK) )) CPU-s)"
+  times+=("$1 $(( $(date +%s) - ${2%%:*} ))s$cpu")
+}
+t0=$(mark)
 # Debian's chromium (apt: network and disk, little CPU) is installed beside the Python environment
-t=$(date +%s)
+t=$(mark)
 scripts/system-deps.sh > .agentbridge/system-deps.log 2>&1 &
 sysdeps=$!
 scripts/install.sh pytest pytest-xdist==3.8.0 hypothesis ruff "import-linter>=2.1" "mypy>=1.11" types-PyYAML "tensorboard>=2.14" mkdocs==1.6.1 mkdocs-material==9.8.2
@@ -26,7 +35,7 @@ unset PYTHONDONTWRITEBYTECODE
 # against .venv's torch, so that the TRL GPU profiles' ZeRO-3 config is built and checked) and the OpenEnv server's
 # environment (plugins/openenv/server_env.sh; otherwise made inside the core suite, by its first test), and GEM's
 # (plugins/gem/gem_env.sh: .venv-gem, the same way)
-t=$(date +%s)
+t=$(mark)
 setups=()
 for script in adapters/*/test.sh; do
   [ -e "$script" ] || continue
@@ -52,7 +61,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 DS_ACC
 # models this small (the reproducibility test's warm start under that load: 14-64 s with two threads, 5-8 s with one)
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 echo "[test] ruff"
-tl=$(date +%s)
+tl=$(mark)
 .venv/bin/ruff check .
 echo "[test] import contracts (pyproject.toml [tool.importlinter])"
 # the example packages are checked from their source trees; they need not be installed
@@ -99,7 +108,7 @@ fi
   done
 ) > .agentbridge/adapter-tests-2.log 2>&1 &
 lanes+=("$!")
-t=$(date +%s)
+t=$(mark)
 echo "[test] pytest (core, plugins, example packages, TRL, slime and ROLL adapters; the backends' suites beside it)"
 # two workers, a file at a time each (module fixtures are built once), the longest files first so that neither
 # worker is left alone with a long file at the end; the longest are named here, in the order of their measured
