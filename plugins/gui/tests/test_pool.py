@@ -87,7 +87,7 @@ def test_broken_browser_ends_episode_with_error_and_pool_recovers(agent: Agent, 
             assert later.finish_reason == "done" and later.reward > 0, later.error
         assert pool.browsers and pool.browsers[0] is not first and pool.stats.started == 2
         time.sleep(0.5)
-        assert not [p for p in old_pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        assert not [p for p in old_pids if running(p)]
         assert first.user_data_dir is not None and not first.user_data_dir.exists()  # its profile is removed
 
 
@@ -153,11 +153,19 @@ def start_child(mode: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     return proc, info
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie); one that ends while being asked is not."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def leftovers(pids: list[int], token: str, within_s: float) -> list[int]:
     """Pids still alive after ``within_s``: the child's browser tree, and any process that carries its token."""
     deadline = time.time() + within_s
     while True:
-        alive = {p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"}
+        alive = {p for p in pids if running(p)}
         alive |= {p.pid for p in owned_processes(token)}
         if not alive or time.time() > deadline:
             return sorted(alive)
